@@ -1,0 +1,5 @@
+"""ethosu_ng's own graph passes. One pass per module; each docstring says which guarantee it keeps."""
+
+from .commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
+
+__all__ = ["CommuteQDQThroughPassThroughPass"]

@@ -1,0 +1,97 @@
+"""The one place ethosu_ng touches executorch's Arm backend.
+
+Everything we reuse from ``executorch.backends.arm`` (TOSA lowering, operator support checks,
+the PT2E quantizer configs) is imported here and only here, so an executorch upgrade is a change
+to this file. Pinned against executorch 1.5.1.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from executorch.backends.arm.constants import DQ_OPS, Q_OPS  # noqa: F401  (re-exported)
+from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
+from executorch.backends.arm.quantizer import (
+    EthosUQuantizer,
+    get_symmetric_quantization_config,
+    get_uint8_io_quantization_config,
+)
+from executorch.backends.arm.tosa.backend import TOSABackend
+from executorch.backends.arm.tosa.specification import TosaLoweringContext
+from executorch.exir.backend.utils import WhyNoPartitionReporter
+from torch._export.utils import _get_shape_env_from_gm
+
+from .compile_spec import EthosUNGCompileSpec
+
+UPSTREAM_VERSION = "1.5.1"
+
+__all__ = [
+    "DQ_OPS",
+    "Q_OPS",
+    "EthosUQuantizer",
+    "get_symmetric_quantization_config",
+    "get_uint8_io_quantization_config",
+    "upstream_compile_spec",
+    "upstream_quantizer",
+    "lowering_context",
+    "operator_support",
+    "ops_to_not_decompose",
+    "lower_to_tosa",
+    "WhyNoPartitionReporter",
+]
+
+
+def upstream_compile_spec(spec: EthosUNGCompileSpec) -> EthosUCompileSpec:
+    return EthosUCompileSpec(
+        spec.target,
+        system_config=spec.system_config,
+        memory_mode=spec.memory_mode,
+        extra_flags=list(spec.extra_vela_flags),
+    )
+
+
+def upstream_quantizer(spec: EthosUNGCompileSpec) -> EthosUQuantizer:
+    return EthosUQuantizer(upstream_compile_spec(spec))
+
+
+def _upstream_partitioner(spec: EthosUNGCompileSpec, additional_checks=None) -> EthosUPartitioner:
+    return EthosUPartitioner(upstream_compile_spec(spec), additional_checks=additional_checks)
+
+
+@contextmanager
+def lowering_context(spec: EthosUNGCompileSpec, program: ExportedProgram) -> Iterator[None]:
+    """Upstream's support checks and TOSA node visitors read the TOSA spec from this context."""
+    tosa_spec = upstream_compile_spec(spec).tosa_spec
+    with TosaLoweringContext(tosa_spec, _get_shape_env_from_gm(program.graph_module)):
+        yield
+
+
+def operator_support(
+    spec: EthosUNGCompileSpec,
+    program: ExportedProgram,
+    reporter: WhyNoPartitionReporter,
+    additional_checks: Sequence[OperatorSupportBase] = (),
+) -> OperatorSupportBase:
+    """Upstream's TOSA/Ethos-U operator support (U55 subset, quantization checks, ...).
+
+    Call inside ``lowering_context``.
+    """
+    part = _upstream_partitioner(spec, list(additional_checks))
+    return part._create_operator_support(program, reporter)
+
+
+def ops_to_not_decompose(
+    spec: EthosUNGCompileSpec, program: ExportedProgram
+) -> Tuple[List[torch._ops.OpOverload], Optional[Callable[[torch.fx.Node], bool]]]:
+    return _upstream_partitioner(spec).ops_to_not_decompose(program)
+
+
+def lower_to_tosa(edge_program: ExportedProgram, spec: EthosUNGCompileSpec) -> bytes:
+    """Run upstream's Arm pass pipeline and TOSA serializer on one partition."""
+    tosa_spec = TOSABackend.filter_tosa_compile_specs(upstream_compile_spec(spec))
+    return bytes(TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes)
