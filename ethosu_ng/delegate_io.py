@@ -86,6 +86,18 @@ def _downstream_qparams(node: Node) -> Optional[Tuple[float, int]]:
     return found.pop() if len(found) == 1 else None
 
 
+QPARAMS_META = "ethosu_ng_qparams"
+
+
+def integer_tensor_qparams(node: Node) -> Optional[Tuple[float, int]]:
+    """Per-tensor (scale, zero point) of an integer tensor: from the quantize that produced it,
+    else from the dequantize(s) that read it. The partitioner stores this in ``meta`` while it
+    still sees the whole graph, because inside a partition the producing quantize may be on CPU."""
+    if QPARAMS_META in node.meta:
+        return node.meta[QPARAMS_META]
+    return _upstream_qparams(node) or _downstream_qparams(node)
+
+
 def _spec(node: Node, what: str, qp: Optional[Tuple[float, int]]) -> TensorSpec:
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
@@ -107,10 +119,10 @@ def declared_io(program: ExportedProgram) -> DelegateIOSpec:
     user_inputs = set(program.graph_signature.user_inputs)
     placeholders = [n for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs]
     outputs = [a for a in graph.output_node().args[0]]
-    ins = [_spec(n, f"input {k}", _downstream_qparams(n)) for k, n in enumerate(placeholders)]
+    ins = [_spec(n, f"input {k}", integer_tensor_qparams(n)) for k, n in enumerate(placeholders)]
     outs = []
     for k, n in enumerate(outputs):
         if not isinstance(n, Node):
             raise BoundaryContractError(f"output {k} is a constant {n!r}, not a tensor")
-        outs.append(_spec(n, f"output {k}", _upstream_qparams(n)))
+        outs.append(_spec(n, f"output {k}", integer_tensor_qparams(n)))
     return DelegateIOSpec(ins, outs, [n.name for n in placeholders], [n.name for n in outputs])

@@ -7,9 +7,17 @@ from typing import Iterable, Set
 import torch
 
 
+def _unwrap(target):
+    """The ATen OpOverload behind an edge op (EdgeOpOverload keeps it in ``_op``)."""
+    if isinstance(target, torch._ops.OpOverload):
+        return target
+    inner = getattr(target, "_op", None)
+    return inner if isinstance(inner, torch._ops.OpOverload) else target
+
+
 def op_name(target) -> str:
     """``aten.bmm.default`` for an ATen OpOverload, an edge op, or a string naming one."""
-    op = getattr(target, "_op", target)  # EdgeOpOverload wraps the ATen overload
+    op = _unwrap(target)
     if isinstance(op, torch._ops.OpOverload):
         return str(op)
     return getattr(target, "__name__", str(target))
@@ -34,7 +42,7 @@ def resolve_op_names(ops: Iterable) -> Set[str]:
                 raise ValueError(f"cpu_ops[{k}] = {entry!r} names no registered operator") from None
             names.add(str(op))
         else:
-            op = getattr(entry, "_op", entry)
+            op = _unwrap(entry)
             if not isinstance(op, torch._ops.OpOverload):
                 raise ValueError(
                     f"cpu_ops[{k}] = {entry!r} is not an operator overload "

@@ -28,6 +28,7 @@ from executorch.exir.backend.utils import tag_constant_data
 from . import upstream
 from .boundary import BoundaryContract, PartitionIO
 from .compile_spec import EthosUNGCompileSpec
+from .delegate_io import QPARAMS_META, integer_tensor_qparams
 from .op_names import op_name, resolve_op_names
 from .passes import CommuteQDQThroughPassThroughPass
 
@@ -148,6 +149,13 @@ class EthosUNGPartitioner(Partitioner):
             report.partitions[tag] = [n.name for n in graph.nodes if n in part]
         tag_constant_data(program)
         report.io = contract.verify_tags()
+        # Record boundary qparams while the whole graph is visible (the producing quantize of a
+        # delegate input/output may sit on the CPU, outside the partition preprocess sees).
+        for io in report.io.values():
+            for n in io.inputs + io.outputs:
+                qp = integer_tensor_qparams(n)
+                if qp is not None:
+                    n.meta[QPARAMS_META] = qp
 
         upstream_reasons = getattr(reporter, "_rejected_nodes", {})
         for n in graph.nodes:

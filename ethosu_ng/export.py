@@ -1,0 +1,45 @@
+"""The whole export flow in two calls, as a user's script (or our CLI and tests) runs it."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence, Tuple
+
+import torch
+from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+from .compile_spec import EthosUNGCompileSpec
+from .partitioner import EthosUNGPartitioner
+from .quantizer import EthosUNGQuantizer
+
+
+def quantize(
+    model: torch.nn.Module,
+    example_inputs: Tuple[torch.Tensor, ...],
+    spec: EthosUNGCompileSpec,
+    calibration: Optional[Iterable[Tuple[torch.Tensor, ...]]] = None,
+    input_dtype: Optional[torch.dtype] = None,
+    output_dtype: Optional[torch.dtype] = None,
+) -> torch.fx.GraphModule:
+    """PT2E: export, annotate with EthosUNGQuantizer, calibrate, convert."""
+    model = model.eval()
+    gm = torch.export.export(model, tuple(example_inputs)).module(check_guards=False)
+    quantizer = EthosUNGQuantizer(spec, input_dtype=input_dtype, output_dtype=output_dtype)
+    prepared = prepare_pt2e(gm, quantizer)
+    with torch.no_grad():
+        for batch in (calibration if calibration is not None else [example_inputs]):
+            prepared(*batch)
+    return convert_pt2e(prepared)
+
+
+def lower(
+    quantized: torch.nn.Module,
+    example_inputs: Tuple[torch.Tensor, ...],
+    spec: EthosUNGCompileSpec,
+    cpu_ops: Sequence = (),
+) -> Tuple[EdgeProgramManager, EthosUNGPartitioner]:
+    """Export the quantized module and lower it with EthosUNGPartitioner."""
+    ep = torch.export.export(quantized, tuple(example_inputs))
+    partitioner = EthosUNGPartitioner(spec, cpu_ops=cpu_ops)
+    edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
+    return edge, partitioner

@@ -1,0 +1,110 @@
+"""Seed 000: a partition split in the middle of a graph never leaves a float tensor at a boundary.
+
+Reproduced upstream (1.5.1): conv -> split -> branch into a CPU bmm gives delegate outputs
+[float32, int8] while Vela writes int8 for both. Here: zero float boundary tensors, the parent's
+call_delegate meta["val"] equals the blob's IO table, and every delegate's TOSA graph matches the
+eager quantized model within 1 LSB.
+"""
+
+import pytest
+import torch
+
+from conftest import calibration_batches
+from models import AttentionBlock, ConvSplitBmm
+from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
+from ethosu_ng.boundary import float_boundary_tensors
+from ethosu_ng.export import lower, quantize
+from ethosu_ng.tosa_reference import check_delegates, run_program_on_tosa
+
+CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
+
+CASES = {
+    "conv_split_bmm": (ConvSplitBmm, ["aten.bmm.default"]),
+    "attention_bmm_on_cpu": (AttentionBlock, [torch.ops.aten.bmm.default]),
+}
+
+
+def delegate_calls(program):
+    gm = program.graph_module
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is CALL_DELEGATE:
+            yield n, getattr(gm, n.args[0].target)
+
+
+@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_split_partition_boundary_is_integer(case, target):
+    cls, cpu_ops = CASES[case]
+    model = cls().eval()
+    x = cls.example()
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    q = quantize(model, x, spec, calibration=calibration_batches(x))
+    edge, part = lower(q, x, spec, cpu_ops=cpu_ops)
+    program = edge.exported_program()
+
+    calls = list(delegate_calls(program))
+    assert calls, "nothing was delegated"
+    # The pinned op really stayed on CPU.
+    bmm = [n for n in program.graph.nodes if n.op == "call_function" and "aten.bmm" in str(n.target)]
+    assert bmm, "bmm should stay on CPU"
+    assert float_boundary_tensors(program) == []
+
+    for node, lowered in calls:
+        blob = DelegateBlob.from_bytes(lowered.processed_bytes)
+        # Inputs: the parent's argument tensors are exactly what the blob says the NPU reads.
+        args = node.args[1:]
+        assert len(args) == len(blob.inputs)
+        for k, (a, spec_in) in enumerate(zip(args, blob.inputs)):
+            v = a.meta["val"]
+            assert v.dtype == spec_in.dtype, (node.name, "input", k)
+            assert tuple(v.shape) == spec_in.shape
+            assert v.element_size() == spec_in.elem_size
+            assert spec_in.scale is not None and spec_in.scale > 0
+        # Outputs: call_delegate meta["val"] (what ExecuTorch allocates) == blob IO table.
+        vals = node.meta["val"]
+        vals = vals if isinstance(vals, (list, tuple)) else [vals]
+        assert len(vals) == len(blob.outputs)
+        for k, (v, spec_out) in enumerate(zip(vals, blob.outputs)):
+            assert v.dtype == spec_out.dtype, (node.name, "output", k, v.dtype, spec_out.dtype)
+            assert tuple(v.shape) == spec_out.shape
+            assert v.element_size() == spec_out.elem_size
+            assert spec_out.scale is not None and spec_out.scale > 0
+        # Typed IO also travels in the lowered module's meta.
+        io = lowered.meta["_delegate_info_meta"]
+        assert [s.dtype for s in io.outputs] == [s.dtype for s in blob.outputs]
+        # Boundary users outside the delegate: dequantize, integer consumers or graph output.
+        for user in node.users:
+            for consumer in user.users:
+                ok = (consumer.op == "output" or "dequantize" in str(consumer.target)
+                      or consumer.target is CALL_DELEGATE  # int8 straight into the next delegate
+                      or not consumer.meta["val"].dtype.is_floating_point)
+                assert ok, f"{consumer.name} consumes a delegate output"
+
+    # Numerics: each delegate's TOSA graph vs the eager quantized model at its boundary.
+    for inputs in [x] + calibration_batches(x, n=2, seed=7):
+        results = check_delegates(edge, inputs)
+        assert len(results) == len(calls)
+        for r in results:
+            assert r.worst <= 1, f"{r.name}: {r.max_lsb} LSB"
+        # End to end with every delegate on the TOSA reference model vs the quantized model.
+        ref = q(*inputs)
+        got = run_program_on_tosa(edge, inputs)
+        for a, b, out_spec in zip(got, ref, [None] * len(ref)):
+            assert torch.allclose(a, b, atol=0.05 * b.abs().max().item() + 1e-6)
+
+    pte = edge.to_executorch()
+    assert len(pte.buffer) > 0
+
+
+def test_upstream_would_have_float_boundary_here():
+    """Guard the regression test's premise: the commute pass is what makes the branch exit int8."""
+    from ethosu_ng.passes import CommuteQDQThroughPassThroughPass
+
+    model, x = ConvSplitBmm().eval(), ConvSplitBmm.example()
+    spec = EthosUNGCompileSpec("ethos-u55-128")
+    ep = torch.export.export(quantize(model, x, spec), x)
+    p = CommuteQDQThroughPassThroughPass()
+    p(ep)
+    assert p.rewrites >= 3  # split, reshape, transpose moved into int8
+    split = [n for n in ep.graph.nodes if "split" in str(n.target)]
+    assert split and split[0].meta["val"][0].dtype == torch.int8
