@@ -1,0 +1,101 @@
+"""Bad input gets a clear error naming the culprit; nothing half-done."""
+
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+
+from models import SmallCNN
+from ethosu_ng import BoundaryContractError, EthosUNGCompileSpec, EthosUNGPartitioner, TensorSpec
+from ethosu_ng.backend import check_io
+from ethosu_ng.delegate_io import DelegateIOSpec
+from ethosu_ng.tosa_graph import TosaTensorInfo
+from ethosu_ng.vela_compiler import VelaResult, VelaTensor
+from tosa.DType import DType
+
+
+def test_unknown_target():
+    with pytest.raises(ValueError, match="valid targets"):
+        EthosUNGCompileSpec("ethos-u99-1")
+
+
+@pytest.mark.parametrize("entry", ["bmm", "aten.not_an_op.default", "aten.bmm.nonexistent", 42,
+                                   torch.bmm])
+def test_cpu_ops_entry_that_is_not_an_op(entry):
+    with pytest.raises(ValueError, match=r"cpu_ops\[0\]"):
+        EthosUNGPartitioner(EthosUNGCompileSpec("ethos-u55-128"), cpu_ops=[entry])
+
+
+def test_cpu_ops_must_be_a_list():
+    with pytest.raises(TypeError):
+        EthosUNGPartitioner(EthosUNGCompileSpec("ethos-u55-128"), cpu_ops="aten.bmm.default")
+
+
+def test_partitioner_needs_our_compile_spec():
+    with pytest.raises(TypeError, match="EthosUNGCompileSpec"):
+        EthosUNGPartitioner("ethos-u55-128")
+
+
+def test_float_model_delegates_nothing_and_stays_runnable(caplog):
+    """A model that was never quantized: a warning saying why, and a CPU-only program that runs."""
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    model, x = SmallCNN().eval(), SmallCNN.example()
+    part = EthosUNGPartitioner(EthosUNGCompileSpec("ethos-u55-128"))
+    with caplog.at_level(logging.WARNING):
+        edge = to_edge_transform_and_lower(torch.export.export(model, x), partitioner=[part])
+    assert "nothing to delegate" in caplog.text and "EthosUNGQuantizer" in caplog.text
+    assert part.report.partitions == {}
+    assert part.report.cpu_reasons  # every CPU node has a reason
+    pte = edge.to_executorch().buffer
+    method = Runtime.get().load_program(pte).load_method("forward")
+    out = method.execute(list(x))[0]
+    torch.testing.assert_close(out, model(*x), rtol=1e-4, atol=1e-4)
+
+
+def _vela(elem_sizes_in, elem_sizes_out, shape=(1, 1, 1, 1, 2, 4)):
+    t = lambda e: VelaTensor(shape, e, 1, 0)
+    return VelaResult(b"", b"", 64, 0, [t(e) for e in elem_sizes_in], [t(e) for e in elem_sizes_out])
+
+
+def _declared(dtype_in, dtype_out):
+    return DelegateIOSpec([TensorSpec(dtype_in, (2, 4), (0, 1), 0.1, 0)],
+                          [TensorSpec(dtype_out, (2, 4), (0, 1), 0.1, 0)],
+                          ["x_q"], ["view_copy_3"])
+
+
+def test_preprocess_check_names_node_index_and_both_types():
+    # Seed 000's failure, caught at export: declared float/int16 output while Vela writes int8.
+    declared = _declared(torch.int8, torch.int16)
+    tosa_in = [TosaTensorInfo("in", DType.INT8, (2, 4))]
+    tosa_out = [TosaTensorInfo("out", DType.INT8, (2, 4))]
+    with pytest.raises(BoundaryContractError) as e:
+        check_io("ethosu_ng_0", declared, tosa_in, tosa_out, _vela([1], [1]))
+    msg = str(e.value)
+    assert "ethosu_ng_0" in msg and "output 0" in msg and "view_copy_3" in msg
+    assert "torch.int16" in msg and "INT8" in msg
+
+
+def test_preprocess_check_catches_vela_element_size():
+    declared = _declared(torch.int8, torch.int8)
+    tosa = [TosaTensorInfo("t", DType.INT8, (2, 4))]
+    with pytest.raises(BoundaryContractError, match=r"input 0 \(x_q\).*Vela reads 2 B/element"):
+        check_io("p", declared, tosa, tosa, _vela([2], [1]))
+
+
+def test_preprocess_check_catches_shape_and_count():
+    declared = _declared(torch.int8, torch.int8)
+    tosa = [TosaTensorInfo("t", DType.INT8, (2, 4))]
+    with pytest.raises(BoundaryContractError, match="shape"):
+        check_io("p", declared, tosa, tosa, _vela([1], [1], shape=(1, 1, 1, 1, 3, 4)))
+    with pytest.raises(BoundaryContractError, match="count"):
+        check_io("p", declared, tosa, tosa + tosa, _vela([1], [1]))
+
+
+def test_preprocess_check_passes_and_places_io():
+    declared = _declared(torch.int8, torch.int8)
+    tosa = [TosaTensorInfo("t", DType.INT8, (2, 4))]
+    io = check_io("p", declared, tosa, tosa, _vela([1], [1]))
+    assert io.inputs[0].region == 1 and io.outputs[0].dtype == torch.int8
