@@ -4,6 +4,7 @@ from .backend import EthosUNGBackend
 from .blob import DelegateBlob
 from .boundary import BoundaryContractError
 from .compile_spec import TARGETS, EthosUNGCompileSpec
+from .io_quantization import IOQuantization, ProgramIO, io_quantization
 from .partitioner import EthosUNGPartitioner
 from .quantizer import EthosUNGQuantizer
 from .tensor_spec import TensorSpec
@@ -17,4 +18,7 @@ __all__ = [
     "EthosUNGPartitioner",
     "EthosUNGQuantizer",
     "TensorSpec",
+    "IOQuantization",
+    "ProgramIO",
+    "io_quantization",
 ]

@@ -30,7 +30,7 @@ from .boundary import BoundaryContract, PartitionIO
 from .compile_spec import EthosUNGCompileSpec
 from .delegate_io import QPARAMS_META, integer_tensor_qparams
 from .op_names import op_name, resolve_op_names
-from .passes import CommuteQDQThroughPassThroughPass
+from .passes import CommuteQDQThroughPassThroughPass, IntegerProgramIOPass
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +96,7 @@ class EthosUNGPartitioner(Partitioner):
 
     # -- stage 1 ------------------------------------------------------------------------------
     def transform_for_pre_decomposition(self, program: ExportedProgram) -> ExportedProgram:
+        program = IntegerProgramIOPass()(program)
         return CommuteQDQThroughPassThroughPass()(program)
 
     def ops_to_not_decompose(

@@ -39,3 +39,35 @@ def tosa_io(flatbuffer: bytes) -> Tuple[List[TosaTensorInfo], List[TosaTensorInf
     ins = [tensors[block.Inputs(k).decode()] for k in range(block.InputsLength())]
     outs = [tensors[block.Outputs(k).decode()] for k in range(block.OutputsLength())]
     return ins, outs
+
+
+@dataclass(frozen=True)
+class TosaOpInfo:
+    op: str
+    inputs: Tuple[str, ...]
+    outputs: Tuple[str, ...]
+    input_unsigned: bool = False   # RESCALE only
+    output_unsigned: bool = False  # RESCALE only
+
+
+def tosa_ops(flatbuffer: bytes) -> List[TosaOpInfo]:
+    """Operators of the main block in order (op names as in the TOSA spec)."""
+    from tosa.Op import Op
+    from tosa.RescaleAttribute import RescaleAttribute
+
+    names = {getattr(Op, k): k for k in dir(Op) if not k.startswith("_")}
+    block = TosaGraph.GetRootAs(bytearray(flatbuffer), 0).Regions(0).Blocks(0)
+    ops = []
+    for k in range(block.OperatorsLength()):
+        o = block.Operators(k)
+        name = names.get(o.Op(), str(o.Op()))
+        ins = tuple(o.Inputs(j).decode() for j in range(o.InputsLength()))
+        outs = tuple(o.Outputs(j).decode() for j in range(o.OutputsLength()))
+        iu = ou = False
+        if name == "RESCALE" and o.Attribute() is not None:
+            attr = RescaleAttribute()
+            table = o.Attribute()
+            attr.Init(table.Bytes, table.Pos)
+            iu, ou = bool(attr.InputUnsigned()), bool(attr.OutputUnsigned())
+        ops.append(TosaOpInfo(name, ins, outs, iu, ou))
+    return ops

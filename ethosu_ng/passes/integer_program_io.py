@@ -1,0 +1,116 @@
+"""Make the program's own inputs/outputs integer when the quantizer was asked to.
+
+Keeps the uint8/int8 program-IO guarantee (seed 004): with ``EthosUNGQuantizer(spec,
+input_dtype=torch.uint8, output_dtype=torch.int8)`` firmware feeds camera bytes straight in and
+reads int8 scores; no float tensor and no CPU quantize/dequantize exist at the program edges.
+
+The quantizer leaves its intent on each user-input placeholder (``meta["custom"]``, which
+torch.export preserves); the PT2E graph then looks like ``x -> Q(u8) [-> DQ(u8) -> Q(i8)] ->
+DQ(i8) -> ...`` and ``... -> Q(i8) -> DQ(i8) [-> Q(u8) -> DQ(u8)] -> output``. This pass makes
+``x`` itself the tensor the chosen quantize produced, and returns the chosen quantize's output
+directly, so the uint8 -> int8 step (a RESCALE with the unsigned flag) stays inside the delegate
+and every tensor inside a delegate is int8.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+from .commute_qdq_through_passthrough import DQ_PER_TENSOR, Q_PER_TENSOR, _as_dtype, _rename_outputs
+
+IO_META_KEY = "ethosu_ng_program_io"
+
+
+def program_io_request(program: ExportedProgram):
+    """(input_dtype, output_dtype) recorded by EthosUNGQuantizer, or (None, None)."""
+    for n in program.graph.nodes:
+        if n.op == "placeholder":
+            req = (n.meta.get("custom") or {}).get(IO_META_KEY)
+            if req:
+                return _dtype(req.get("input")), _dtype(req.get("output"))
+    return None, None
+
+
+def _dtype(name: Optional[str]) -> Optional[torch.dtype]:
+    return None if name is None else getattr(torch, name)
+
+
+def _qdtype(node: Node) -> Optional[torch.dtype]:
+    if node.op == "call_function" and node.target in (Q_PER_TENSOR, DQ_PER_TENSOR) and len(node.args) >= 6:
+        return node.args[5]
+    return None
+
+
+class IntegerProgramIOError(ValueError):
+    pass
+
+
+class IntegerProgramIOPass:
+    def __call__(self, program: ExportedProgram) -> ExportedProgram:
+        in_dtype, out_dtype = program_io_request(program)
+        if in_dtype is None and out_dtype is None:
+            return program
+        graph = program.graph_module.graph
+        out_node = graph.output_node()
+        names_before = [a.name if isinstance(a, Node) else None for a in out_node.args[0]]
+        user_inputs = list(program.graph_signature.user_inputs)
+        if in_dtype is not None:
+            for k, n in enumerate(n for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs):
+                self._integer_input(graph, k, n, in_dtype)
+        if out_dtype is not None:
+            outs = list(out_node.args[0])
+            user_out = {s.arg.name for s in program.graph_signature.output_specs
+                        if s.kind.name == "USER_OUTPUT" and hasattr(s.arg, "name")}
+            for k, a in enumerate(outs):
+                if isinstance(a, Node) and a.name in user_out:
+                    outs[k] = self._integer_output(k, a, out_dtype)
+            out_node.args = (type(out_node.args[0])(outs),)
+        graph.eliminate_dead_code()
+        graph.lint()
+        program.graph_module.recompile()
+        _rename_outputs(program, names_before, out_node.args[0])
+        return program
+
+    @staticmethod
+    def _integer_input(graph, k: int, x: Node, dtype: torch.dtype) -> None:
+        val = x.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point:
+            return
+        # Follow the single-user Q/DQ chain from x to the quantize that yields `dtype`.
+        chain: List[Node] = []
+        node = x
+        while True:
+            users = list(node.users)
+            if len(users) != 1 or _qdtype(users[0]) is None:
+                break
+            node = users[0]
+            chain.append(node)
+            if node.target == Q_PER_TENSOR and _qdtype(node) == dtype:
+                break
+        if not chain or chain[-1].target != Q_PER_TENSOR or _qdtype(chain[-1]) != dtype:
+            raise IntegerProgramIOError(
+                f"program input {k} ({x.name}) is not quantized to {dtype} right at the input "
+                f"(users: {[u.name for u in x.users]}); was the model quantized with "
+                f"EthosUNGQuantizer(input_dtype={dtype})?")
+        q = chain[-1]
+        x.meta["val"] = _as_dtype(val, dtype)
+        x.meta.pop("tensor_meta", None)
+        q.replace_all_uses_with(x)
+        for n in reversed(chain):
+            if not n.users:
+                graph.erase_node(n)
+
+    @staticmethod
+    def _integer_output(k: int, out: Node, dtype: torch.dtype) -> Node:
+        node = out
+        while _qdtype(node) is not None:
+            if node.target == Q_PER_TENSOR and _qdtype(node) == dtype:
+                return node
+            node = node.args[0]
+        raise IntegerProgramIOError(
+            f"program output {k} ({out.name}) is not produced by a {dtype} quantize; was the model "
+            f"quantized with EthosUNGQuantizer(output_dtype={dtype})?")

@@ -1,0 +1,111 @@
+"""Seed 004: uint8 / int8 program IO. Firmware feeds camera bytes straight in and reads int8
+scores; uint8 exists only at the program boundary, int8 everywhere inside a delegate."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+from conftest import calibration_batches
+from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, EthosUNGQuantizer, io_quantization
+from ethosu_ng.boundary import float_boundary_tensors
+from ethosu_ng.export import lower, quantize
+from ethosu_ng.tosa_graph import tosa_io, tosa_ops
+from ethosu_ng.tosa_reference import check_delegates, run_program_on_tosa
+
+
+class TinyClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x):
+        y = nn.functional.max_pool2d(self.c(x).relu(), 2)
+        return self.fc(y.flatten(1))
+
+
+def images(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.rand(1, 3, 8, 8, generator=g),) for _ in range(n)]
+
+
+@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
+@pytest.mark.parametrize("in_dtype", [torch.uint8, torch.int8])
+def test_integer_program_io(in_dtype, target):
+    model, x = TinyClassifier().eval(), images(1, 0)[0]
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    q = quantize(model, x, spec, calibration=images(8, 1), input_dtype=in_dtype,
+                 output_dtype=torch.int8)
+    edge, part = lower(q, x, spec)
+    program = edge.exported_program()
+
+    ioq = io_quantization(edge)
+    assert [i.dtype for i in ioq.inputs] == [in_dtype]
+    assert [o.dtype for o in ioq.outputs] == [torch.int8]
+    assert part.report.cpu_targets == {}, "no CPU quantize/dequantize at the edges"
+    assert float_boundary_tensors(program) == []
+
+    blob = DelegateBlob.from_bytes(program.graph_module.lowered_module_0.processed_bytes)
+    assert blob.inputs[0].dtype == in_dtype
+    assert blob.inputs[0].scale == pytest.approx(ioq.inputs[0].scale)
+    assert blob.inputs[0].zero_point == ioq.inputs[0].zero_point
+    assert blob.outputs[0].zero_point == ioq.outputs[0].zero_point
+    if in_dtype == torch.uint8:
+        assert ioq.inputs[0].zero_point == 0 and ioq.inputs[0].scale == pytest.approx(1 / 255, rel=0.05)
+
+    # uint8 only at the IO: inside the partition every non-placeholder tensor is int8/int32/float,
+    # and in TOSA the unsigned step is a RESCALE with input_unsigned set.
+    inner = program.graph_module.lowered_module_0.original_module
+    for n in inner.graph.nodes:
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor) and v.dtype == torch.uint8:
+            assert n.op == "placeholder" or "dequantize" in str(n.target), n.name
+    ops = tosa_ops(blob.tosa)
+    rescale_unsigned = [o for o in ops if o.op == "RESCALE" and o.input_unsigned]
+    assert bool(rescale_unsigned) == (in_dtype == torch.uint8)
+    tin, tout = tosa_io(blob.tosa)
+    assert tin[0].dtype_name == "INT8" and tout[0].dtype_name == "INT8"
+
+    # Numerics: delegate vs eager quantized model; whole program vs eager model in output LSB.
+    for (xf,) in images(4, 2):
+        xi = ioq.inputs[0].quantize(xf)
+        assert xi.dtype == in_dtype
+        assert max(r.worst for r in check_delegates(edge, (xi,))) <= 1
+        got = run_program_on_tosa(edge, (xi,))[0]
+        assert got.dtype == torch.int8
+        want = ioq.outputs[0].quantize(q(xf))
+        assert (got.to(torch.int32) - want.to(torch.int32)).abs().max() <= 1
+
+    edge.to_executorch()
+
+
+def test_uint8_output():
+    model, x = TinyClassifier().eval(), images(1, 0)[0]
+    spec = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True)
+    q = quantize(model, x, spec, calibration=images(4, 1), input_dtype=torch.uint8,
+                 output_dtype=torch.uint8)
+    edge, part = lower(q, x, spec)
+    ioq = io_quantization(edge)
+    assert ioq.outputs[0].dtype == torch.uint8
+    assert part.report.cpu_targets == {}
+    blob = DelegateBlob.from_bytes(edge.exported_program().graph_module.lowered_module_0.processed_bytes)
+    assert any(o.op == "RESCALE" and o.output_unsigned for o in tosa_ops(blob.tosa))
+    xi = ioq.inputs[0].quantize(x[0])
+    assert max(r.worst for r in check_delegates(edge, (xi,))) <= 1
+
+
+def test_float_io_stays_float_by_default():
+    model, x = TinyClassifier().eval(), images(1, 0)[0]
+    spec = EthosUNGCompileSpec("ethos-u55-128")
+    edge, part = lower(quantize(model, x, spec), x, spec)
+    ioq = io_quantization(edge.to_executorch())
+    assert ioq.inputs[0].dtype == torch.float32 and ioq.inputs[0].scale is None
+    assert ioq.outputs[0].dtype == torch.float32
+
+
+def test_bad_io_dtype_is_rejected():
+    spec = EthosUNGCompileSpec("ethos-u55-128")
+    with pytest.raises(ValueError, match="input_dtype"):
+        EthosUNGQuantizer(spec, input_dtype=torch.float16)
+    with pytest.raises(ValueError, match="output_dtype"):
+        EthosUNGQuantizer(spec, output_dtype=torch.int32)
