@@ -30,7 +30,11 @@ from .boundary import BoundaryContract, PartitionIO
 from .compile_spec import EthosUNGCompileSpec
 from .delegate_io import QPARAMS_META, integer_tensor_qparams
 from .op_names import op_name, resolve_op_names
-from .passes import CommuteQDQThroughPassThroughPass, IntegerProgramIOPass
+from .passes import (
+    CommuteQDQThroughPassThroughPass,
+    FoldQuantizedConstantsPass,
+    IntegerProgramIOPass,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +101,7 @@ class EthosUNGPartitioner(Partitioner):
     # -- stage 1 ------------------------------------------------------------------------------
     def transform_for_pre_decomposition(self, program: ExportedProgram) -> ExportedProgram:
         program = IntegerProgramIOPass()(program)
+        program = FoldQuantizedConstantsPass()(program)
         return CommuteQDQThroughPassThroughPass()(program)
 
     def ops_to_not_decompose(

@@ -95,3 +95,25 @@ def lower_to_tosa(edge_program: ExportedProgram, spec: EthosUNGCompileSpec) -> b
     """Run upstream's Arm pass pipeline and TOSA serializer on one partition."""
     tosa_spec = TOSABackend.filter_tosa_compile_specs(upstream_compile_spec(spec))
     return bytes(TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes)
+
+
+def list_argument_input_qparams(dequantize_nodes):
+    """The single input qparams upstream's FoldAndAnnotateQParamsPass records for a list argument
+    (e.g. ``cat``'s tensors) fed by these dequantize nodes: (scale, zero_point) or None.
+
+    Exposed so a test pins upstream's convention (one entry per top-level argument index, merged
+    across the list's elements); FoldQuantizedConstantsPass exists because of it.
+    """
+    from executorch.backends.arm._passes.fold_qdq_with_annotated_qparams_pass import (
+        FoldAndAnnotateQParamsPass,
+    )
+
+    qargs, _ = FoldAndAnnotateQParamsPass()._extract_arg_input_params(list(dequantize_nodes))
+    return None if qargs is None else (float(qargs.get_scale_per_tensor()), int(qargs.get_zp_per_tensor()))
+
+
+def mark_quantized(node: torch.fx.Node) -> None:
+    """Mark an ATen node the way upstream's quantizer does (for hand-built quantized graphs)."""
+    from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
+
+    node.meta.setdefault("custom", {})[ArmAnnotationInfo.CUSTOM_META_KEY] = {"quantized": True}
