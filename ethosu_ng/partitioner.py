@@ -31,6 +31,7 @@ from .compile_spec import EthosUNGCompileSpec
 from .delegate_io import QPARAMS_META, integer_tensor_qparams
 from .op_names import op_name, resolve_op_names
 from .passes import (
+    RequantizeNonFuseableActivationPass,
     CommuteQDQThroughPassThroughPass,
     FoldQuantizedConstantsPass,
     IntegerProgramIOPass,
@@ -102,6 +103,7 @@ class EthosUNGPartitioner(Partitioner):
     def transform_for_pre_decomposition(self, program: ExportedProgram) -> ExportedProgram:
         program = IntegerProgramIOPass()(program)
         program = FoldQuantizedConstantsPass()(program)
+        program = RequantizeNonFuseableActivationPass()(program)
         return CommuteQDQThroughPassThroughPass()(program)
 
     def ops_to_not_decompose(

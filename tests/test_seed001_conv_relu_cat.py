@@ -1,0 +1,80 @@
+"""Seed 001: conv -> relu -> cat(relu_out, y) where the shared cat domain gives the relu output a
+zero point != qmin (the seed's recipe: zp = -111). Delegated whole, and the numbers match."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ethosu_ng import EthosUNGCompileSpec, EthosUNGQuantizer, upstream
+from ethosu_ng.boundary import float_boundary_tensors
+from ethosu_ng.export import lower
+from ethosu_ng.tosa_reference import check_delegates, run_program_on_tosa
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+
+class TinyConvReluCat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 4, 1)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.uniform_(-0.1, 0.1)
+
+    def forward(self, x, y):
+        relu_out = F.relu(self.conv1(x))
+        return self.conv2(torch.cat((relu_out, y), dim=1))
+
+
+def seed_recipe(target):
+    torch.manual_seed(0)
+    model = TinyConvReluCat().eval()
+    x = torch.rand(1, 4, 16, 16)
+    y = torch.rand(1, 4, 16, 16) - 0.065
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    quantizer = EthosUNGQuantizer(spec)
+    quantizer.set_global(upstream.get_symmetric_quantization_config(
+        is_per_channel=True, act_qmin=-127, act_qmax=127, weight_qmin=-127, weight_qmax=127))
+    prepared = prepare_pt2e(torch.export.export(model, (x, y)).module(check_guards=False), quantizer)
+    prepared(x, y)
+    return convert_pt2e(prepared), (x, y), spec
+
+
+def relu_output_zero_point(q):
+    for n in q.graph.nodes:
+        if n.op == "call_function" and "quantize_per_tensor" in str(n.target) and getattr(n.args[0], "name", "") == "relu":
+            return int(n.args[2])
+    return None
+
+
+@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
+def test_non_fuseable_relu_is_delegated_and_exact(target):
+    q, inputs, spec = seed_recipe(target)
+    assert relu_output_zero_point(q) == -111  # the seed's non-fuseable activation domain
+    edge, part = lower(q, inputs, spec)
+    assert list(part.report.partitions) == ["ethosu_ng_0"]
+    compute_on_cpu = {t for t in part.report.cpu_targets.values() if "quantize" not in t}
+    assert compute_on_cpu == set(), compute_on_cpu
+    assert float_boundary_tensors(edge.exported_program()) == []
+    g = torch.Generator().manual_seed(3)
+    for k in range(4):
+        x = torch.rand(1, 4, 16, 16, generator=g)
+        y = torch.rand(1, 4, 16, 16, generator=g) - 0.065
+        results = check_delegates(edge, (x, y))
+        assert max(r.worst for r in results) <= 1, [r.max_lsb for r in results]
+        got = run_program_on_tosa(edge, (x, y))[0]
+        want = q(x, y)
+        scale = [n for n in edge.exported_program().graph.nodes if "dequantize" in str(n.target)][-1].args[1]
+        assert (got - want).abs().max().item() <= 1.01 * scale
+    edge.to_executorch()
+
+
+def test_without_our_pass_upstream_loses_the_relu(monkeypatch):
+    """The premise: with upstream's fusion alone, negative conv outputs miss the relu (17 LSB)."""
+    from ethosu_ng.passes import RequantizeNonFuseableActivationPass
+
+    monkeypatch.setattr(RequantizeNonFuseableActivationPass, "__call__", lambda self, p: p)
+    q, inputs, spec = seed_recipe("ethos-u55-128")
+    edge, _ = lower(q, inputs, spec)
+    assert max(r.worst for r in check_delegates(edge, inputs)) > 1
