@@ -30,11 +30,16 @@ from .boundary import BoundaryContract, PartitionIO
 from .compile_spec import EthosUNGCompileSpec
 from .delegate_io import QPARAMS_META, integer_tensor_qparams
 from .op_names import op_name, resolve_op_names
+from .passes.commute_qdq_through_passthrough import _rename_outputs
 from .passes import (
     RequantizeNonFuseableActivationPass,
+    SignedInteriorPass,
+    UnifyConcatQParamsPass,
     CommuteQDQThroughPassThroughPass,
     FoldQuantizedConstantsPass,
     IntegerProgramIOPass,
+    MarkQuantizedIslandsPass,
+    QuantizeStateBuffersPass,
 )
 
 logger = logging.getLogger(__name__)
@@ -61,6 +66,20 @@ class PartitionReport:
     cpu_reasons: Dict[str, str] = field(default_factory=dict)        # node name -> reason
     cpu_targets: Dict[str, str] = field(default_factory=dict)        # node name -> op name
     io: Dict[str, PartitionIO] = field(default_factory=dict, repr=False)
+
+
+# Order matters: IO re-typing first, then constant folding (sees the final qparams), then the
+# rewrites that make upstream's lowering exact, and the Q/DQ commute last (it needs final qparams).
+PRE_PARTITION_PASSES = (
+    QuantizeStateBuffersPass,
+    SignedInteriorPass,
+    IntegerProgramIOPass,
+    FoldQuantizedConstantsPass,
+    RequantizeNonFuseableActivationPass,
+    UnifyConcatQParamsPass,
+    MarkQuantizedIslandsPass,
+    CommuteQDQThroughPassThroughPass,
+)
 
 
 class _PinnedToCpu(OperatorSupportBase):
@@ -101,10 +120,13 @@ class EthosUNGPartitioner(Partitioner):
 
     # -- stage 1 ------------------------------------------------------------------------------
     def transform_for_pre_decomposition(self, program: ExportedProgram) -> ExportedProgram:
-        program = IntegerProgramIOPass()(program)
-        program = FoldQuantizedConstantsPass()(program)
-        program = RequantizeNonFuseableActivationPass()(program)
-        return CommuteQDQThroughPassThroughPass()(program)
+        out = program.graph_module.graph.output_node()
+        names_before = [a.name if isinstance(a, Node) else None for a in out.args[0]]
+        for make_pass in PRE_PARTITION_PASSES:
+            program = make_pass()(program)
+        # Passes re-type or replace output nodes; the signature names them by position.
+        _rename_outputs(program, names_before, program.graph_module.graph.output_node().args[0])
+        return program
 
     def ops_to_not_decompose(
         self, program: ExportedProgram

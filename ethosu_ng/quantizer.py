@@ -48,10 +48,13 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
         self.input_dtype = input_dtype
         self.output_dtype = output_dtype
         self.set_global(upstream.get_symmetric_quantization_config(is_per_channel=per_channel))
-        if torch.uint8 in (input_dtype, output_dtype):
-            # Upstream's uint8 IO config: x -> Q(u8) -> DQ(u8) -> Q(i8) ..., i.e. an unsigned
-            # RESCALE at the edge and int8 everywhere inside. An int8 side peels the u8 step.
-            self.set_io(upstream.get_uint8_io_quantization_config())
+        # Upstream's uint8 IO config gives x -> Q(u8) -> DQ(u8) -> Q(i8) ..., i.e. an unsigned
+        # RESCALE at the edge and int8 everywhere inside; applied per side.
+        inputs_finder, outputs_finder = upstream.io_node_finders()
+        if input_dtype == torch.uint8:
+            self.set_node_finder(upstream.get_uint8_io_quantization_config(), inputs_finder)
+        if output_dtype == torch.uint8:
+            self.set_node_finder(upstream.get_uint8_io_quantization_config(), outputs_finder)
 
     def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
         model = super().annotate(model)

@@ -82,13 +82,17 @@ def lowered_name_of(interp: Interpreter, lowered) -> str:
     return "delegate"
 
 
-def _program(program_or_manager):
-    return program_or_manager.exported_program() if hasattr(program_or_manager, "exported_program") else program_or_manager
+def _module(program):
+    """A runnable module: from a program manager, an ExportedProgram, or a module already made
+    (pass the same module on every call to carry mutable state such as buffers)."""
+    if hasattr(program, "exported_program"):
+        program = program.exported_program()
+    return program.module() if hasattr(program, "module") and not isinstance(program, torch.nn.Module) else program
 
 
 def check_delegates(program_or_manager, inputs: Sequence[torch.Tensor]) -> List[DelegateNumerics]:
     """Per-delegate TOSA-vs-reference numerics, each on the reference model's own inputs."""
-    gm = _program(program_or_manager).module()
+    gm = _module(program_or_manager)
     checker = _DelegateChecker(gm, continue_with="reference")
     checker.run(*inputs)
     return checker.results
@@ -96,5 +100,5 @@ def check_delegates(program_or_manager, inputs: Sequence[torch.Tensor]) -> List[
 
 def run_program_on_tosa(program_or_manager, inputs: Sequence[torch.Tensor]) -> Any:
     """Run the whole lowered program with every delegate executed by the TOSA reference model."""
-    gm = _program(program_or_manager).module()
+    gm = _module(program_or_manager)
     return _DelegateChecker(gm, continue_with="tosa").run(*inputs)

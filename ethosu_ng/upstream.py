@@ -55,6 +55,13 @@ def upstream_compile_spec(spec: EthosUNGCompileSpec) -> EthosUCompileSpec:
     )
 
 
+def io_node_finders():
+    """(inputs finder, outputs finder) for ``TOSAQuantizer.set_node_finder``."""
+    from executorch.backends.cortex_m.quantizer.node_finders import InputNodeFinder, OutputNodeFinder
+
+    return InputNodeFinder(), OutputNodeFinder()
+
+
 def upstream_quantizer(spec: EthosUNGCompileSpec) -> EthosUQuantizer:
     return EthosUQuantizer(upstream_compile_spec(spec))
 
@@ -117,3 +124,10 @@ def mark_quantized(node: torch.fx.Node) -> None:
     from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
 
     node.meta.setdefault("custom", {})[ArmAnnotationInfo.CUSTOM_META_KEY] = {"quantized": True}
+
+
+def is_marked_quantized(node: torch.fx.Node) -> bool:
+    from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
+
+    info = (node.meta.get("custom") or {}).get(ArmAnnotationInfo.CUSTOM_META_KEY)
+    return bool(info and info.get("quantized"))

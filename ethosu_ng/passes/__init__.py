@@ -1,9 +1,26 @@
-"""ethosu_ng's own graph passes. One pass per module; each docstring says which guarantee it keeps."""
+"""ethosu_ng's own graph passes. One pass per module; each docstring says which guarantee it keeps.
 
-from .requantize_non_fuseable_activation import RequantizeNonFuseableActivationPass
+They run on the ATen program before decomposition (``EthosUNGPartitioner.
+transform_for_pre_decomposition``), in the order of ``PRE_PARTITION_PASSES``.
+"""
+
 from .commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
 from .fold_quantized_constants import FoldQuantizedConstantsPass
 from .integer_program_io import IntegerProgramIOError, IntegerProgramIOPass
+from .mark_quantized_islands import MarkQuantizedIslandsPass
+from .quantize_state_buffers import QuantizeStateBuffersPass
+from .requantize_non_fuseable_activation import RequantizeNonFuseableActivationPass
+from .signed_interior import SignedInteriorPass
+from .unify_concat_qparams import UnifyConcatQParamsPass
 
 __all__ = [
-    "RequantizeNonFuseableActivationPass","CommuteQDQThroughPassThroughPass", "FoldQuantizedConstantsPass", "IntegerProgramIOError", "IntegerProgramIOPass"]
+    "CommuteQDQThroughPassThroughPass",
+    "FoldQuantizedConstantsPass",
+    "IntegerProgramIOError",
+    "IntegerProgramIOPass",
+    "MarkQuantizedIslandsPass",
+    "QuantizeStateBuffersPass",
+    "RequantizeNonFuseableActivationPass",
+    "SignedInteriorPass",
+    "UnifyConcatQParamsPass",
+]

@@ -63,10 +63,9 @@ class IntegerProgramIOPass:
                 self._integer_input(graph, k, n, in_dtype)
         if out_dtype is not None:
             outs = list(out_node.args[0])
-            user_out = {s.arg.name for s in program.graph_signature.output_specs
-                        if s.kind.name == "USER_OUTPUT" and hasattr(s.arg, "name")}
-            for k, a in enumerate(outs):
-                if isinstance(a, Node) and a.name in user_out:
+            # Output specs and output arguments correspond by position.
+            for k, (spec, a) in enumerate(zip(program.graph_signature.output_specs, outs)):
+                if isinstance(a, Node) and spec.kind.name == "USER_OUTPUT":
                     outs[k] = self._integer_output(k, a, out_dtype)
             out_node.args = (type(out_node.args[0])(outs),)
         graph.eliminate_dead_code()

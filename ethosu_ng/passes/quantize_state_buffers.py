@@ -1,0 +1,68 @@
+"""Store a float state buffer as int8 when everything it feeds and is fed from is quantized.
+
+Keeps seed 002's state-buffer guarantee. A streaming model keeps a window in a mutable buffer:
+``new = cat(state[:, :, k:], x); state.copy_(new)``. PT2E quantizes ``new`` (its quantize feeds
+the next op) but not the buffer, so the ``slice -> cat`` cluster stays float and runs on the CPU
+(upstream 1.5.1 rejects it outright with uint8 IO: "Shared-qspec bridge cluster touches uint8
+model IO"). If the value written back already has a quantize ``Q_P`` (scale, zero point P), then
+storing the buffer as ``Q_P(state)`` loses nothing the model does not already lose: every value
+written is ``Q_P``-representable, and the initial value is quantized once here. We rewrite
+
+    state[f32] -> ...;  copy_(state, v)   into   state[int8] -> DQ_P -> ...;  copy_(state, Q_P(v))
+
+after which the slice/cat run in int8 on the NPU and the state lives in int8 (4x less RAM).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
+
+from .commute_qdq_through_passthrough import DQ_PER_TENSOR, Q_PER_TENSOR, _as_dtype, _qparams
+
+_COPY = (torch.ops.aten.copy_.default,)
+
+
+class QuantizeStateBuffersPass:
+    def __call__(self, program: ExportedProgram) -> ExportedProgram:
+        graph = program.graph_module.graph
+        sig = program.graph_signature
+        buffers = {s.arg.name: s for s in sig.input_specs if s.kind == InputKind.BUFFER}
+        self.quantized = []
+        for copy in list(graph.nodes):
+            if copy.op != "call_function" or copy.target not in _COPY:
+                continue
+            state, value = copy.args[0], copy.args[1]
+            if state.op != "placeholder" or state.name not in buffers:
+                continue
+            val = state.meta.get("val")
+            if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point:
+                continue
+            qps = {_qparams(u) for u in value.users if u is not copy}
+            if len(qps) != 1 or None in qps:
+                continue  # the written value is not (uniquely) quantized: leave the buffer float
+            qp = qps.pop()
+            spec = buffers[state.name]
+            store = program.state_dict if spec.persistent else program.constants
+            scale, zp, qmin, qmax, dtype = qp
+            store[spec.target] = torch.ops.quantized_decomposed.quantize_per_tensor(
+                store[spec.target], scale, zp, qmin, qmax, dtype)
+            readers = [u for u in state.users if u is not copy]
+            state.meta["val"] = _as_dtype(val, dtype)
+            state.meta.pop("tensor_meta", None)
+            with graph.inserting_after(state):
+                dq = graph.call_function(DQ_PER_TENSOR, (state, *qp))
+            dq.meta = {"val": val}
+            for r in readers:
+                r.replace_input_with(state, dq)
+            with graph.inserting_before(copy):
+                q = graph.call_function(Q_PER_TENSOR, (value, *qp))
+            q.meta = dict(value.meta, val=_as_dtype(value.meta["val"], dtype))
+            copy.replace_input_with(value, q)
+            copy.meta["val"] = _as_dtype(copy.meta["val"], dtype)
+            self.quantized.append(spec.target)
+        if self.quantized:
+            graph.lint()
+            program.graph_module.recompile()
+        return program

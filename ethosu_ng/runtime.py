@@ -1,0 +1,346 @@
+"""Run ethosu_ng .pte programs on the host, through the C++ delegate runtime.
+
+``load_host_runtime()`` builds ``libethosu_ng_host.so`` (CMake, from ``runtime/`` in this repo) if
+needed, loads it with ``RTLD_GLOBAL`` so its static initializer registers ``EthosUNGBackend``
+into the ExecuTorch runtime of the executorch wheel, and registers a Python callback that plays
+the NPU: the C++ backend validates the delegate's inputs, layout-copies them into the NPU scratch
+buffer exactly as on the device, and the callback runs the delegate's embedded TOSA flatbuffer
+(compile with ``EthosUNGCompileSpec(..., embed_tosa=True)``) on the TOSA reference model and
+writes the outputs into scratch, from where the backend copies them out.
+
+After that, ``executorch.runtime.Runtime.get().load_program(pte).load_method("forward")
+.execute(inputs)`` runs the whole program: CPU ops on ExecuTorch's kernels, delegates in our
+C++ code. ``run_pte`` does exactly that.
+
+Dtypes: the IO table's uint8 (and uint16) tensors are handed to the reference model as numpy
+uint8 (uint16) arrays. TOSA has no unsigned types; the graph's tensor is INT8 (INT16) read by an
+unsigned RESCALE, and ``tosa_reference_model.run`` accepts any array whose byte size matches the
+tensor and takes the bytes as they are, so the bit pattern reaches the graph unchanged (checked
+in tests/test_runtime_host.py). Outputs come back as the graph's signed type and are
+reinterpreted bit for bit as the IO entry's dtype.
+
+Environment:
+    ETHOSU_NG_HOST_LIB    use this prebuilt library instead of building one.
+    ETHOSU_NG_BUILD_DIR   build directory (default: <repo>/build/host, else a user cache dir).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+HOST_ABI_VERSION = 1  # runtime/ethosu_ng/host_api.h ETHOSU_NG_HOST_ABI_VERSION
+LIB_NAME = "libethosu_ng_host.so"
+MAX_RANK = 6
+
+_REPO = Path(__file__).resolve().parent.parent
+_NP_DTYPES = {1: np.int8, 2: np.uint8, 3: np.int16, 4: np.uint16, 5: np.int32}
+
+_P = ctypes.POINTER
+TOSA_CALLBACK = ctypes.CFUNCTYPE(
+    ctypes.c_int,
+    ctypes.c_void_p, ctypes.c_size_t,                        # tosa, tosa_len
+    ctypes.c_int, _P(ctypes.c_void_p), _P(ctypes.c_int),     # n_in, in_ptrs, in_dtypes
+    _P(ctypes.c_int), _P(ctypes.c_int64), _P(ctypes.c_int64),  # in_ranks, in_shapes, in_bytes
+    ctypes.c_int, _P(ctypes.c_void_p), _P(ctypes.c_int),     # n_out, out_ptrs, out_dtypes
+    _P(ctypes.c_int), _P(ctypes.c_int64), _P(ctypes.c_int64),  # out_ranks, out_shapes, out_bytes
+    ctypes.c_void_p, ctypes.c_size_t,                        # err, err_cap
+)
+
+_lock = threading.Lock()
+_lib: Optional[ctypes.CDLL] = None
+_callback = None  # the CFUNCTYPE object; must outlive every call from C++
+_last_error: Optional[BaseException] = None
+
+
+class HostRuntimeError(RuntimeError):
+    """The host library could not be built or loaded."""
+
+
+# ------------------------------------------------------------------ building
+def _sources() -> List[Path]:
+    files = [_REPO / "CMakeLists.txt"]
+    for sub in ("runtime", "cmake"):
+        root = _REPO / sub
+        if root.is_dir():
+            files += [p for p in root.rglob("*") if p.is_file()]
+    return files
+
+
+def default_build_dir() -> Path:
+    env = os.environ.get("ETHOSU_NG_BUILD_DIR")
+    if env:
+        return Path(env)
+    repo_build = _REPO / "build"
+    if os.access(_REPO, os.W_OK):
+        return repo_build / "host"
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return cache / "ethosu_ng" / "host"
+
+
+MIN_CMAKE = (3, 28)
+
+
+def _cmake_version(exe: str) -> tuple:
+    try:
+        out = subprocess.run([exe, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True, timeout=30).stdout
+        return tuple(int(x) for x in out.split()[2].split(".")[:2])
+    except Exception:  # noqa: BLE001 - not a usable cmake
+        return ()
+
+
+def _cmake() -> str:
+    """cmake >= 3.28: the one installed with this interpreter (pip's cmake) first, then PATH."""
+    cands = [str(Path(sys.executable).parent / "cmake"), *filter(None, [shutil.which("cmake")])]
+    seen = []
+    for cand in cands:
+        if os.path.exists(cand) and cand not in seen:
+            seen.append(cand)
+            if _cmake_version(cand) >= MIN_CMAKE:
+                return cand
+    raise HostRuntimeError(f"no cmake >= {'.'.join(map(str, MIN_CMAKE))} found (tried {seen}); "
+                           "pip install 'cmake>=3.28'")
+
+
+@contextmanager
+def _build_lock(build_dir: Path):
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with open(build_dir / ".ethosu_ng_build.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # parallel test workers build once
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def build_host_library(build_dir: Optional[Path] = None, *, targets: Sequence[str] = ("ethosu_ng_host",),
+                       extra_cmake_args: Sequence[str] = ()) -> Path:
+    """Configure (once) and build ``targets``; incremental, so cheap when nothing changed.
+
+    Returns the path of libethosu_ng_host.so in ``build_dir``.
+    """
+    if not (_REPO / "CMakeLists.txt").exists():
+        raise HostRuntimeError(
+            f"no CMakeLists.txt at {_REPO}: ethosu_ng is installed without its runtime sources; "
+            "set ETHOSU_NG_HOST_LIB to a prebuilt libethosu_ng_host.so")
+    build_dir = Path(build_dir or default_build_dir())
+    cmake = _cmake()
+    with _build_lock(build_dir):
+        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+        cmd = [cmake, "-S", str(_REPO), "-B", str(build_dir), *gen,
+               "-DCMAKE_BUILD_TYPE=Release", f"-DETHOSU_NG_PYTHON={sys.executable}",
+               *extra_cmake_args]
+        # Configure once per argument set; a failed or different earlier configure is redone.
+        stamp = build_dir / ".ethosu_ng_configured"
+        configured = any((build_dir / f).exists() for f in ("build.ninja", "Makefile"))
+        if not configured or not stamp.exists() or stamp.read_text() != "\n".join(cmd):
+            stamp.unlink(missing_ok=True)
+            _run(cmd, "configure")
+            stamp.write_text("\n".join(cmd))
+        _run([cmake, "--build", str(build_dir), "--parallel", str(os.cpu_count() or 2),
+              "--target", *targets], "build")
+    lib = build_dir / LIB_NAME
+    if "ethosu_ng_host" in targets and not lib.exists():
+        raise HostRuntimeError(f"build finished but {lib} is missing")
+    return lib
+
+
+def _run(cmd: List[str], what: str) -> None:
+    logger.info("ethosu_ng host runtime %s: %s", what, " ".join(cmd))
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        raise HostRuntimeError(f"host runtime {what} failed ({proc.returncode}):\n"
+                               f"$ {' '.join(cmd)}\n{proc.stdout[-8000:]}")
+
+
+def _stale(lib: Path) -> bool:
+    if not lib.exists():
+        return True
+    mtime = lib.stat().st_mtime
+    return any(p.stat().st_mtime > mtime for p in _sources())
+
+
+# ------------------------------------------------------------------ callback
+def _tosa_callback(tosa, tosa_len, n_in, in_ptrs, in_dtypes, in_ranks, in_shapes, in_bytes,
+                   n_out, out_ptrs, out_dtypes, out_ranks, out_shapes, out_bytes, err, err_cap):
+    """Called from C++ inside Method.execute: run the TOSA graph on the reference model."""
+    global _last_error
+    try:
+        import tosa_reference_model as refmodel
+
+        flatbuffer = ctypes.string_at(tosa, tosa_len)
+        inputs = [_array_at(in_ptrs[k], in_dtypes[k], in_ranks[k], in_shapes, k, in_bytes[k])
+                  for k in range(n_in)]
+        outs, status = refmodel.run(flatbuffer, inputs, initialize_variable_tensor_from_numpy=True)
+        if status != refmodel.GraphStatus.TOSA_VALID:
+            raise RuntimeError(f"TOSA reference model status {status}")
+        if len(outs) != n_out:
+            raise RuntimeError(f"TOSA graph produced {len(outs)} outputs, the blob declares {n_out}")
+        for k, arr in enumerate(outs):
+            data = _as_output(np.asarray(arr), out_dtypes[k], out_bytes[k], k)
+            ctypes.memmove(out_ptrs[k], data.ctypes.data, data.nbytes)
+        return 0
+    except BaseException as e:  # noqa: BLE001 - nothing may propagate into C++
+        _last_error = e
+        msg = f"{type(e).__name__}: {e}".encode()[: max(int(err_cap) - 1, 0)]
+        if err and err_cap:
+            ctypes.memmove(err, msg + b"\0", len(msg) + 1)
+        return 1
+
+
+def _array_at(ptr, code: int, rank: int, shapes, k: int, nbytes: int) -> np.ndarray:
+    dtype = _NP_DTYPES[code]
+    shape = tuple(int(shapes[k * MAX_RANK + i]) for i in range(rank))
+    if nbytes == 0:
+        return np.zeros(shape, dtype)
+    raw = (ctypes.c_uint8 * nbytes).from_address(ptr)
+    # Copy: scratch is reused by the next delegate call.
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+
+def _as_output(arr: np.ndarray, code: int, nbytes: int, k: int) -> np.ndarray:
+    dtype = np.dtype(_NP_DTYPES[code])
+    arr = np.ascontiguousarray(arr)
+    numel = nbytes // dtype.itemsize
+    if arr.size != numel:
+        raise RuntimeError(f"output {k}: reference model gave {arr.size} elements, blob expects {numel}")
+    if arr.dtype.itemsize == dtype.itemsize:
+        return arr.view(dtype)  # int8 graph tensor for a uint8 entry: same bits
+    return arr.astype(dtype)  # e.g. a wider container for the same values
+
+
+def last_callback_error() -> Optional[BaseException]:
+    """The exception the last failing TOSA callback caught (the C++ side only sees the message)."""
+    return _last_error
+
+
+# ------------------------------------------------------------------ loading
+def load_host_runtime(rebuild: Optional[bool] = None, build_dir: Optional[Path] = None) -> ctypes.CDLL:
+    """Build (if sources changed) and load libethosu_ng_host.so; register the TOSA callback.
+
+    Idempotent: later calls return the already-loaded library (a process cannot reload it).
+    ``rebuild=None`` rebuilds when a source is newer than the library, True always runs the
+    (incremental) build, False never builds.
+    """
+    global _lib, _callback
+    with _lock:
+        if _lib is not None:
+            return _lib
+        # The pybindings load libexecutorch.so first; our library then binds to that same
+        # runtime (and its backend registry) by soname.
+        from executorch.runtime import Runtime
+
+        Runtime.get()
+        path_env = os.environ.get("ETHOSU_NG_HOST_LIB")
+        if path_env:
+            lib_path = Path(path_env)
+        else:
+            build = Path(build_dir or default_build_dir())
+            lib_path = build / LIB_NAME
+            if rebuild or (rebuild is None and _stale(lib_path)):
+                lib_path = build_host_library(build)
+        if not lib_path.exists():
+            raise HostRuntimeError(f"{lib_path} does not exist")
+        lib = ctypes.CDLL(str(lib_path), mode=ctypes.RTLD_GLOBAL)
+        lib.ethosu_ng_host_abi_version.restype = ctypes.c_int
+        abi = lib.ethosu_ng_host_abi_version()
+        if abi != HOST_ABI_VERSION:
+            raise HostRuntimeError(f"{lib_path} has host ABI {abi}, this module speaks {HOST_ABI_VERSION}")
+        lib.ethosu_ng_set_tosa_callback.argtypes = [TOSA_CALLBACK]
+        lib.ethosu_ng_set_tosa_callback.restype = None
+        lib.ethosu_ng_host_invoke_count.restype = ctypes.c_uint64
+        _callback = TOSA_CALLBACK(_tosa_callback)
+        lib.ethosu_ng_set_tosa_callback(_callback)
+        names = Runtime.get().backend_registry.registered_backend_names
+        if "EthosUNGBackend" not in names:
+            raise HostRuntimeError(f"loaded {lib_path} but EthosUNGBackend is not registered: {names}")
+        _lib = lib
+        return lib
+
+
+def delegate_invocations() -> int:
+    """How many delegate calls the host driver has run in this process."""
+    return int(load_host_runtime().ethosu_ng_host_invoke_count())
+
+
+def program_input_dim_orders(pte: bytes, method: str = "forward") -> Optional[List[Optional[tuple]]]:
+    """Dim order of each tensor input of ``method`` as planned in the .pte (None: not a tensor).
+
+    ``None`` if the program cannot be read (the reader is executorch's private serializer).
+    """
+    try:
+        from executorch.exir._serialize._program import deserialize_pte_binary
+
+        parsed = deserialize_pte_binary(bytes(pte))
+        prog = getattr(parsed, "program", parsed)
+        plan = next(p for p in prog.execution_plan if p.name == method)
+        orders = []
+        for idx in plan.inputs:
+            val = plan.values[idx].val
+            orders.append(tuple(val.dim_order) if hasattr(val, "dim_order") else None)
+        return orders
+    except Exception as e:  # noqa: BLE001 - best effort, see run_pte
+        logger.debug("cannot read input dim orders from the program: %s", e)
+        return None
+
+
+def to_dim_order(t, order: Sequence[int]):
+    """The same logical tensor stored densely in ``order`` (``(0, 2, 3, 1)`` = channels-last)."""
+    order = tuple(order)
+    if _dense_in(t, order):
+        return t
+    inverse = [order.index(i) for i in range(len(order))]
+    return t.permute(order).contiguous().permute(inverse)
+
+
+def _dense_in(t, order) -> bool:
+    """Is ``t`` already dense in ``order``? (Size-1 dims may have any stride.)"""
+    expected, stride = [0] * t.dim(), 1
+    for d in reversed(order):
+        expected[d] = stride
+        stride *= t.shape[d]
+    return all(t.shape[d] == 1 or t.stride(d) == expected[d] for d in range(t.dim()))
+
+
+def run_pte(pte, inputs: Sequence, method: str = "forward") -> list:
+    """Load a .pte (bytes or path) and run ``method`` with the C++ delegate runtime.
+
+    Inputs are torch tensors with any layout: ``executorch.runtime`` copies an input's storage
+    as is into the planned input buffer (it ignores torch strides), so a channels-last tensor fed
+    to a program exported with contiguous inputs (or the reverse) would be silently misread.
+    ``run_pte`` therefore first lays every tensor input out in the dim order the program planned.
+
+    Returns the method's outputs (torch tensors, in the program's output dim order). A delegate
+    or kernel error surfaces as the RuntimeError ``executorch.runtime`` raises; the C++ side
+    logs the reason (input/output index, expected and got) on stderr.
+    """
+    load_host_runtime()
+    from executorch.runtime import Runtime
+
+    if isinstance(pte, (str, os.PathLike)):
+        pte = Path(pte).read_bytes()
+    data = bytes(pte)
+    inputs = list(inputs)
+    orders = program_input_dim_orders(data, method)
+    if orders is not None and len(orders) == len(inputs):
+        inputs = [to_dim_order(t, o) if o is not None and hasattr(t, "stride") and t.dim() == len(o)
+                  else t for t, o in zip(inputs, orders)]
+    program = Runtime.get().load_program(data)
+    loaded = program.load_method(method)
+    if loaded is None:
+        raise ValueError(f"program has no method {method!r}: {sorted(program.method_names)}")
+    return list(loaded.execute(inputs))
