@@ -7,9 +7,13 @@ process) -> cross-check declared == TOSA == Vela IO -> DelegateBlob v1. Any disa
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
-from typing import List, final
+import time
+from typing import List, Set, final
+
+import torch
 
 from torch.export import ExportedProgram
 
@@ -40,8 +44,11 @@ def _partition_name(program: ExportedProgram) -> str:
 
 
 def check_io(name: str, declared: DelegateIOSpec, tosa_ins: List[TosaTensorInfo],
-             tosa_outs: List[TosaTensorInfo], vela: VelaResult) -> DelegateIOSpec:
-    """declared == TOSA == Vela for every input and output; return specs placed by Vela."""
+             tosa_outs: List[TosaTensorInfo], vela: VelaResult,
+             nhwc_outputs: Set[int] = frozenset()) -> DelegateIOSpec:
+    """declared == TOSA == Vela for every input and output; return specs placed by Vela.
+
+    ``nhwc_outputs``: output indices deliberately emitted channels-last by the NPU."""
     placed = {}
     for kind, decl, names, tosa, vel in (
         ("input", declared.inputs, declared.input_names, tosa_ins, vela.inputs),
@@ -49,8 +56,9 @@ def check_io(name: str, declared: DelegateIOSpec, tosa_ins: List[TosaTensorInfo]
     ):
         if not (len(decl) == len(tosa) == len(vel)):
             raise BoundaryContractError(
-                f"{name}: {kind} count disagrees: declared {len(decl)}, TOSA {len(tosa)}, "
-                f"Vela {len(vel)}")
+                f"{name}: {kind} count disagrees: declared {len(decl)} {names}, TOSA {len(tosa)} "
+                f"{[t.name for t in tosa]} {[list(t.shape) for t in tosa]}, Vela {len(vel)} "
+                f"{[list(v.shape) for v in vel]}")
         out = []
         for k, (d, t, v) in enumerate(zip(decl, tosa, vel)):
             where = f"{name} {kind} {k} ({names[k] if k < len(names) else '?'})"
@@ -66,22 +74,64 @@ def check_io(name: str, declared: DelegateIOSpec, tosa_ins: List[TosaTensorInfo]
                 raise BoundaryContractError(
                     f"{where}: declared shape {list(d.shape)} but TOSA has {list(t.shape)} and "
                     f"Vela {list(v.shape)}")
-            out.append(TensorSpec(d.dtype, d.shape, _npu_dim_order(d, t), d.scale, d.zero_point,
-                                  v.region, v.offset))
+            want_nhwc = kind == "output" and k in nhwc_outputs
+            order = _npu_dim_order(d, t, want_nhwc)
+            if order is None:
+                raise BoundaryContractError(
+                    f"{where}: TOSA shape {list(t.shape)} is no layout of declared shape {list(d.shape)}")
+            out.append(TensorSpec(d.dtype, d.shape, order, d.scale, d.zero_point, v.region, v.offset))
         placed[kind] = out
     return DelegateIOSpec(placed["input"], placed["output"], declared.input_names,
                           declared.output_names, vela.summary)
 
 
-def _npu_dim_order(d: TensorSpec, t: TosaTensorInfo):
-    """The memory order the NPU buffer uses, from the TOSA tensor's shape."""
+CHANNELS_LAST = (0, 2, 3, 1)
+
+
+def _npu_dim_order(d: TensorSpec, t: TosaTensorInfo, want_nhwc: bool = False):
+    """The memory order of the NPU buffer, from the TOSA tensor's shape."""
     contiguous = tuple(range(len(d.shape)))
-    if tuple(t.shape) == d.shape:
+    shape = tuple(t.shape)
+    if want_nhwc and len(d.shape) == 4 and shape == tuple(d.shape[i] for i in CHANNELS_LAST):
+        return CHANNELS_LAST
+    if shape == d.shape:
         return contiguous
-    permuted = tuple(d.shape[i] for i in d.dim_order)
-    if tuple(t.shape) == permuted:
+    if shape == tuple(d.shape[i] for i in d.dim_order):
         return d.dim_order
-    return contiguous  # rank-changing reshape at the boundary: element order is row-major
+    if len(shape) != len(d.shape):
+        return contiguous  # rank-changing reshape at the boundary: element order is row-major
+    return None
+
+
+def _nhwc_exits(program: ExportedProgram) -> Set[int]:
+    """Make every rank-4 output that is also consumed inside the partition channels-last.
+
+    Vela 5.1.0 drops such an output when upstream's layout pass routes the internal consumer
+    through the output's NCHW transpose and straight back (Vela cancels the pair and loses the
+    output; measured: TOSA 2 outputs, Vela 1). Emitting the output in NHWC removes the pair; the
+    runtime's layout copy turns it into the ExecuTorch tensor's dim order.
+    """
+    changed: Set[int] = set()
+    for k, a in enumerate(program.graph_module.graph.output_node().args[0]):
+        if not isinstance(a, torch.fx.Node) or len(a.users) < 2:
+            continue
+        v = a.meta.get("val")
+        if not isinstance(v, torch.Tensor) or v.dim() != 4:
+            continue
+        n, c, h, w = v.shape
+        with v.fake_mode:
+            a.meta["val"] = torch.empty_strided(v.shape, (h * w * c, 1, w * c, c), dtype=v.dtype)
+        changed.add(k)
+    return changed
+
+
+def _lower_and_compile(program: ExportedProgram, spec: EthosUNGCompileSpec, name: str):
+    with upstream.lowering_context(spec, program):
+        tosa = upstream.lower_to_tosa(program, spec)
+    t0 = time.time()
+    vela = compile_tosa(tosa, spec, partition=name)
+    logger.info("Vela compiled %s for %s in %.1f s", name, spec.target, time.time() - t0)
+    return tosa, vela
 
 
 @final
@@ -91,16 +141,21 @@ class EthosUNGBackend(BackendDetails):
         spec = EthosUNGCompileSpec.from_compile_specs(compile_specs)
         name = _partition_name(edge_program)
         declared = declared_io(edge_program)
-        with upstream.lowering_context(spec, edge_program):
-            tosa = upstream.lower_to_tosa(edge_program, spec)
+        pristine = copy.deepcopy(edge_program)  # upstream's lowering edits the program in place
+        tosa, vela = _lower_and_compile(edge_program, spec, name)
+        nhwc: Set[int] = set()
+        if len(vela.outputs) != len(declared.outputs):
+            nhwc = _nhwc_exits(pristine)
+            if nhwc:
+                logger.info("%s: Vela dropped an output; emitting outputs %s channels-last", name, sorted(nhwc))
+                tosa, vela = _lower_and_compile(pristine, spec, name)
         tosa_ins, tosa_outs = tosa_io(tosa)
-        vela = compile_tosa(tosa, spec, partition=name)
-        io = check_io(name, declared, tosa_ins, tosa_outs, vela)
+        io = check_io(name, declared, tosa_ins, tosa_outs, vela, nhwc)
         blob = DelegateBlob(
             inputs=io.inputs, outputs=io.outputs, command_stream=vela.command_stream,
             weights=vela.weights, scratch_size=vela.scratch_size,
             fast_scratch_size=vela.fast_scratch_size, tosa=tosa if spec.embed_tosa else None,
         )
-        logger.info("%s: %d inputs, %d outputs, %d B command stream, %d B weights", name,
+        logger.debug("%s: %d inputs, %d outputs, %d B command stream, %d B weights", name,
                     len(io.inputs), len(io.outputs), len(vela.command_stream), len(vela.weights))
         return PreprocessResult(processed_bytes=blob.to_bytes(), _delegate_info_meta=io)

@@ -33,6 +33,18 @@ class DelegateNumerics:
         return max(self.max_lsb, default=0)
 
 
+def npu_to_logical(arr: np.ndarray, spec) -> torch.Tensor:
+    """An NPU buffer laid out in ``spec.dim_order`` -> a contiguous tensor of ``spec.shape``."""
+    physical = tuple(spec.shape[d] for d in spec.dim_order)
+    t = torch.from_numpy(np.ascontiguousarray(arr)).reshape(physical)
+    inverse = [spec.dim_order.index(d) for d in range(len(spec.shape))]
+    return t.permute(inverse).contiguous().to(spec.dtype)
+
+
+def logical_to_npu(t: torch.Tensor, spec) -> np.ndarray:
+    return np.ascontiguousarray(t.permute(list(spec.dim_order)).contiguous().numpy())
+
+
 def run_tosa(flatbuffer: bytes, inputs: Sequence[torch.Tensor]) -> List[np.ndarray]:
     import tosa_reference_model as refmodel
 
@@ -63,11 +75,10 @@ class _DelegateChecker(Interpreter):
             raise ValueError("delegate has no embedded TOSA graph; compile with embed_tosa=True")
         ref = lowered.original_module.module()(*inputs)
         ref = list(ref) if isinstance(ref, (list, tuple)) else [ref]
-        raw = run_tosa(blob.tosa, inputs)
+        raw = run_tosa(blob.tosa, [torch.from_numpy(logical_to_npu(t, s)) for t, s in zip(inputs, blob.inputs)])
         tosa_out = []
         for k, (spec, arr) in enumerate(zip(blob.outputs, raw)):
-            t = torch.from_numpy(np.asarray(arr)).reshape(spec.shape)
-            tosa_out.append(t.to(spec.dtype))
+            tosa_out.append(npu_to_logical(np.asarray(arr), spec))
         lsb = [int((a.to(torch.int64) - b.to(torch.int64)).abs().max().item()) if a.numel() else 0
                for a, b in zip(tosa_out, ref)]
         self.results.append(DelegateNumerics(lowered_name_of(self, lowered), lsb, tosa_out, ref))

@@ -131,3 +131,17 @@ def is_marked_quantized(node: torch.fx.Node) -> bool:
 
     info = (node.meta.get("custom") or {}).get(ArmAnnotationInfo.CUSTOM_META_KEY)
     return bool(info and info.get("quantized"))
+
+
+def pte_delegate_payloads(pte: bytes):
+    """[(backend_id, processed bytes)] of every delegate in a serialized .pte, in plan order."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(bytes(pte)).program
+    out = []
+    for plan in program.execution_plan:
+        for d in plan.delegates:
+            if d.processed.location != 0:  # 0 = inline in backend_delegate_data
+                raise ValueError(f"delegate {d.id}: processed data stored out of line is not supported")
+            out.append((d.id, bytes(program.backend_delegate_data[d.processed.index].data)))
+    return out

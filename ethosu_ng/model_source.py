@@ -1,0 +1,91 @@
+"""Where a model comes from: ``timm:NAME``, ``torchvision:NAME`` or ``path/to/file.py:factory``.
+
+Models are always built with random weights (``pretrained=False`` / ``weights=None``): nothing
+is downloaded. A factory is a function returning ``(model, example_inputs)``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Tuple
+
+import torch
+
+
+class ModelSourceError(ValueError):
+    """The model spec cannot be resolved (unknown name, missing file, failing factory)."""
+
+
+@dataclass
+class LoadedModel:
+    spec: str
+    model: torch.nn.Module
+    example_inputs: Tuple[torch.Tensor, ...]
+
+
+def load_model(spec: str, seed: int = 0) -> LoadedModel:
+    if not isinstance(spec, str) or ":" not in spec:
+        raise ModelSourceError(
+            f"model {spec!r}: expected timm:NAME, torchvision:NAME or path/to/file.py:factory")
+    kind, _, name = spec.partition(":")
+    torch.manual_seed(seed)
+    if kind == "timm":
+        model, x = _timm(name)
+    elif kind == "torchvision":
+        model, x = _torchvision(name)
+    elif kind.endswith(".py") or os.path.sep in kind:
+        model, x = _factory(kind, name)
+    else:
+        raise ModelSourceError(f"model {spec!r}: unknown source {kind!r} (timm, torchvision or a .py file)")
+    return LoadedModel(spec, model.eval(), x)
+
+
+def _timm(name: str):
+    try:
+        import timm
+    except ImportError as e:
+        raise ModelSourceError(f"timm:{name}: timm is not installed (pip install 'ethosu_ng[zoo]')") from e
+    if name not in timm.list_models():
+        raise ModelSourceError(f"timm:{name}: no such timm model")
+    model = timm.create_model(name, pretrained=False)
+    size = tuple(model.pretrained_cfg.get("input_size", (3, 224, 224)))
+    return model, (torch.randn(1, *size),)
+
+
+def _torchvision(name: str):
+    try:
+        import torchvision
+    except ImportError as e:
+        raise ModelSourceError(f"torchvision:{name}: torchvision is not installed") from e
+    try:
+        model = torchvision.models.get_model(name, weights=None)
+    except (ValueError, KeyError) as e:
+        raise ModelSourceError(f"torchvision:{name}: no such torchvision model") from e
+    size = 299 if name.startswith("inception") else 224
+    return model, (torch.randn(1, 3, size, size),)
+
+
+def _factory(path: str, func: str):
+    if not os.path.exists(path):
+        raise ModelSourceError(f"{path}: no such file")
+    mod_spec = importlib.util.spec_from_file_location("ethosu_ng_user_model", path)
+    module = importlib.util.module_from_spec(mod_spec)
+    try:
+        mod_spec.loader.exec_module(module)
+    except Exception as e:
+        raise ModelSourceError(f"{path}: importing it raised {type(e).__name__}: {e}") from e
+    if not hasattr(module, func):
+        raise ModelSourceError(f"{path}: defines no {func!r}")
+    try:
+        result = getattr(module, func)()
+    except Exception as e:
+        raise ModelSourceError(f"{path}:{func}() raised {type(e).__name__}: {e}") from e
+    if (not isinstance(result, tuple) or len(result) != 2 or not isinstance(result[0], torch.nn.Module)):
+        raise ModelSourceError(f"{path}:{func}() must return (model, example_inputs)")
+    model, x = result
+    x = tuple(x) if isinstance(x, (list, tuple)) else (x,)
+    if not all(isinstance(t, torch.Tensor) for t in x):
+        raise ModelSourceError(f"{path}:{func}(): example_inputs must be tensors")
+    return model, x

@@ -1,0 +1,190 @@
+"""Compile report: per delegate ops, typed IO and Vela's estimates; CPU ops with reasons; totals.
+
+Built once at compile time (``build_report``) and written as JSON next to the .pte; ``from_pte``
+recovers what the .pte itself carries (IO tables, sizes) when the JSON is not at hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from . import upstream
+from .blob import DelegateBlob
+from .io_quantization import io_quantization
+from .op_names import op_name
+from .tensor_spec import TensorSpec
+
+CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
+_NOT_COMPUTE = ("quantized_decomposed.", "getitem")
+
+
+def _is_compute(name: str) -> bool:
+    return not name.startswith(_NOT_COMPUTE)
+
+
+def spec_dict(s: TensorSpec) -> Dict[str, Any]:
+    return {"dtype": str(s.dtype).replace("torch.", ""), "shape": list(s.shape),
+            "dim_order": list(s.dim_order), "scale": s.scale, "zero_point": s.zero_point}
+
+
+def _num(summary: Dict[str, str], key: str) -> Optional[float]:
+    try:
+        return float(summary[key])
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def vela_estimates(summary: Dict[str, str]) -> Dict[str, Optional[float]]:
+    """The figures a user compares across targets, from Vela's per-network summary CSV."""
+    t = _num(summary, "inference_time")
+    return {
+        "npu_cycles": _num(summary, "cycles_npu"),
+        "total_cycles": _num(summary, "cycles_total"),
+        "inference_ms": None if t is None else t * 1e3,
+        "clock_hz": _num(summary, "core_clock"),
+        "sram_kib": _num(summary, "sram_memory_used"),
+        "dram_kib": _num(summary, "dram_memory_used"),
+        "offchip_flash_kib": _num(summary, "off_chip_flash_memory_used"),
+        "macs": _num(summary, "nn_macs"),
+    }
+
+
+def build_report(edge, partitioner, pte: bytes, spec, model: str = "", stages=None) -> Dict[str, Any]:
+    program = edge.exported_program()
+    gm = program.graph_module
+    delegates = []
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target is not CALL_DELEGATE:
+            continue
+        lowered = getattr(gm, n.args[0].target)
+        blob = DelegateBlob.from_bytes(lowered.processed_bytes)
+        info = (lowered.meta or {}).get("_delegate_info_meta")
+        ops = [op_name(m.target) for m in lowered.original_module.graph.nodes if m.op == "call_function"]
+        delegates.append({
+            "name": n.args[0].target,
+            "ops": sorted(set(o for o in ops if _is_compute(o))),
+            "n_compute_ops": sum(1 for o in ops if _is_compute(o)),
+            "inputs": [spec_dict(s) for s in blob.inputs],
+            "outputs": [spec_dict(s) for s in blob.outputs],
+            "blob_bytes": len(lowered.processed_bytes),
+            "weights_bytes": len(blob.weights),
+            "command_stream_bytes": len(blob.command_stream),
+            "scratch_bytes": blob.scratch_size,
+            "vela": vela_estimates(getattr(info, "vela_summary", {}) or {}),
+        })
+    cpu = []
+    rep = partitioner.report
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is not CALL_DELEGATE:
+            name = op_name(n.target)
+            if _is_compute(name):
+                cpu.append({"node": n.name, "op": name,
+                            "reason": rep.cpu_reasons.get(n.name, "not supported on the NPU")})
+    npu_ops = sum(d["n_compute_ops"] for d in delegates)
+    ioq = io_quantization(edge)
+    io = {
+        "inputs": [{"name": i.name, "dtype": str(i.dtype).replace("torch.", ""), "shape": list(i.shape),
+                    "scale": i.scale, "zero_point": i.zero_point} for i in ioq.inputs],
+        "outputs": [{"name": o.name, "dtype": str(o.dtype).replace("torch.", ""), "shape": list(o.shape),
+                     "scale": o.scale, "zero_point": o.zero_point} for o in ioq.outputs],
+    }
+    cycles = [d["vela"]["npu_cycles"] for d in delegates if d["vela"]["npu_cycles"] is not None]
+    return {
+        "model": model,
+        "target": spec.target,
+        "system_config": spec.system_config,
+        "memory_mode": spec.memory_mode,
+        "stages_s": dict(stages or {}),
+        "delegates": delegates,
+        "cpu_ops": cpu,
+        "program_io": io,
+        "totals": {
+            "partitions": len(delegates),
+            "npu_compute_ops": npu_ops,
+            "cpu_compute_ops": len(cpu),
+            "npu_op_share": npu_ops / max(1, npu_ops + len(cpu)),
+            "npu_cycles": sum(cycles) if cycles else None,
+            "sram_kib_max": max((d["vela"]["sram_kib"] or 0 for d in delegates), default=0),
+            "pte_bytes": len(pte),
+        },
+    }
+
+
+def from_pte(pte: bytes) -> Dict[str, Any]:
+    """What a .pte alone tells: each of our delegates' IO table and section sizes."""
+    delegates = []
+    for k, (backend, data) in enumerate(upstream.pte_delegate_payloads(pte)):
+        if backend != "EthosUNGBackend":
+            continue
+        blob = DelegateBlob.from_bytes(data)
+        delegates.append({
+            "name": f"delegate_{k}", "ops": [], "n_compute_ops": None,
+            "inputs": [spec_dict(s) for s in blob.inputs],
+            "outputs": [spec_dict(s) for s in blob.outputs],
+            "blob_bytes": len(data), "weights_bytes": len(blob.weights),
+            "command_stream_bytes": len(blob.command_stream), "scratch_bytes": blob.scratch_size,
+            "vela": vela_estimates({}),
+        })
+    return {"model": "", "target": None, "delegates": delegates, "cpu_ops": [], "stages_s": {},
+            "totals": {"partitions": len(delegates), "pte_bytes": len(pte)}}
+
+
+def load(path: str) -> Dict[str, Any]:
+    """A report from ``x.report.json``, or from ``x.pte`` (preferring its sibling JSON)."""
+    if path.endswith(".json"):
+        with open(path) as f:
+            return json.load(f)
+    sibling = os.path.splitext(path)[0] + ".report.json"
+    if os.path.exists(sibling):
+        with open(sibling) as f:
+            return json.load(f)
+    with open(path, "rb") as f:
+        return from_pte(f.read())
+
+
+def _fmt(v, unit="", digits=0) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}{unit}"
+    return f"{v:,}{unit}"
+
+
+def _io_text(specs: List[Dict[str, Any]]) -> str:
+    parts = []
+    for s in specs:
+        q = f" s={s['scale']:.4g} zp={s['zero_point']}" if s.get("scale") is not None else ""
+        parts.append(f"{s['dtype']}{s['shape']}{q}")
+    return ", ".join(parts)
+
+
+def format_text(r: Dict[str, Any]) -> str:
+    lines = [f"model {r.get('model') or '?'}  target {r.get('target') or '?'}  "
+             f"({r.get('system_config') or '-'}, {r.get('memory_mode') or '-'})"]
+    if r.get("stages_s"):
+        lines.append("stages: " + ", ".join(f"{k} {v:.1f}s" for k, v in r["stages_s"].items()))
+    lines.append("")
+    lines.append(f"{'delegate':<18}{'ops':>6}{'NPU cycles':>14}{'time ms':>10}{'SRAM KiB':>10}"
+                 f"{'flash KiB':>11}{'MACs':>14}  IO")
+    for d in r["delegates"]:
+        v = d["vela"]
+        lines.append(
+            f"{d['name']:<18}{_fmt(d['n_compute_ops']):>6}{_fmt(v['npu_cycles']):>14}"
+            f"{_fmt(v['inference_ms'], digits=3):>10}{_fmt(v['sram_kib'], digits=1):>10}"
+            f"{_fmt(v['offchip_flash_kib'], digits=1):>11}{_fmt(v['macs']):>14}"
+            f"  in [{_io_text(d['inputs'])}] out [{_io_text(d['outputs'])}]")
+    if r["cpu_ops"]:
+        lines.append("")
+        lines.append("on the CPU:")
+        for c in r["cpu_ops"]:
+            lines.append(f"  {c['node']:<40} {c['op']:<36} {c['reason']}")
+    t = r["totals"]
+    lines.append("")
+    share = t.get("npu_op_share")
+    lines.append(f"partitions {t['partitions']}  NPU op share "
+                 f"{'-' if share is None else f'{100 * share:.1f}%'}  .pte {_fmt(t['pte_bytes'])} B")
+    return "\n".join(lines)

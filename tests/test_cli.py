@@ -1,0 +1,103 @@
+"""The ethosu-ng command line: compile, report (text/JSON/HTML), and one-line errors."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from ethosu_ng.cli import main
+
+HERE = os.path.dirname(__file__)
+FACTORY = os.path.join(HERE, "data", "tiny_factory.py")
+
+
+def run(argv, capsys):
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    pte = str(d / "tiny.pte")
+    code = main(["compile", f"{FACTORY}:make", "--target", "ethos-u55-128", "-o", pte,
+                 "--cpu-op", "aten.add.Tensor", "--calibration", "2"])
+    assert code == 0
+    return pte
+
+
+def test_compile_writes_pte_and_report(compiled):
+    assert os.path.getsize(compiled) > 0
+    rep = json.load(open(compiled.replace(".pte", ".report.json")))
+    assert rep["target"] == "ethos-u55-128"
+    assert rep["totals"]["partitions"] == 2  # the pinned add splits convs | mean+fc
+    assert rep["totals"]["pte_bytes"] == os.path.getsize(compiled)
+    assert any(c["op"] == "aten.add.Tensor" and "pinned" in c["reason"] for c in rep["cpu_ops"])
+    for d in rep["delegates"]:
+        assert d["vela"]["npu_cycles"] > 0 and d["vela"]["sram_kib"] is not None
+        assert all(s["dtype"] == "int8" for s in d["inputs"] + d["outputs"])
+    assert set(rep["stages_s"]) >= {"load", "calibrate + quantize", "partition + Vela", "serialize"}
+
+
+def test_report_from_pte_and_json(compiled, capsys, tmp_path):
+    code, out, _ = run(["report", compiled], capsys)
+    assert code == 0 and "NPU op share" in out and "aten.add.Tensor" in out
+    # Without the JSON, the .pte alone still yields each delegate's typed IO.
+    lone = tmp_path / "lone.pte"
+    shutil.copy(compiled, lone)
+    code, out, _ = run(["report", str(lone)], capsys)
+    assert code == 0 and "int8[1, 3, 16, 16]" in out
+
+
+def test_report_html_renders_in_headless_chromium(compiled, capsys, tmp_path):
+    page = tmp_path / "r.html"
+    code, _, _ = run(["report", compiled, "--html", str(page)], capsys)
+    assert code == 0
+    text = page.read_text()
+    assert "<svg" in text and "NPU cycles per partition" in text and "<script" not in text
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium not installed")
+    png = tmp_path / "r.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                    "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+                    f"--screenshot={png}", "--window-size=900,900", f"file://{page}"],
+                   check=True, timeout=120, capture_output=True)
+    assert png.stat().st_size > 5000  # a real rendered page, not a blank error
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["compile", "timm:no_such_model_xyz"], "no such timm model"),
+    (["compile", "tests/data/tiny_factory.py:make", "--target", "ethos-u99-1"], "valid targets"),
+    (["compile", "/no/such/file.py:make"], "no such file"),
+    (["compile", f"{FACTORY}:broken"], "factory exploded"),
+    (["compile", f"{FACTORY}:missing"], "defines no 'missing'"),
+    (["compile", f"{FACTORY}:make", "--cpu-op", "aten.nope.default"], "names no registered operator"),
+    (["compile", "resnet18"], "expected timm:NAME"),
+    (["report", "/no/such.pte"], "no such file"),
+    (["verify", "/no/such.pte"], "no such file"),
+])
+def test_bad_input_is_one_line_and_nonzero(argv, needle, capsys):
+    code, out, err = run(argv, capsys)
+    assert code != 0
+    lines = [ln for ln in err.splitlines() if ln.startswith("ethosu-ng: error")]
+    assert len(lines) == 1 and needle in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_report_of_a_non_pte_file(tmp_path, capsys):
+    junk = tmp_path / "junk.pte"
+    junk.write_bytes(b"not a program at all" * 10)
+    code, _, err = run(["report", str(junk)], capsys)
+    assert code != 0 and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_console_script_is_installed():
+    exe = shutil.which("ethosu-ng") or os.path.join(os.path.dirname(sys.executable), "ethosu-ng")
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "compile" in out.stdout
