@@ -38,6 +38,7 @@ from .passes import (
     CommuteQDQThroughPassThroughPass,
     FoldQuantizedConstantsPass,
     IntegerProgramIOPass,
+    LowerRollPass,
     MarkQuantizedIslandsPass,
     QuantizeStateBuffersPass,
 )
@@ -71,6 +72,7 @@ class PartitionReport:
 # Order matters: IO re-typing first, then constant folding (sees the final qparams), then the
 # rewrites that make upstream's lowering exact, and the Q/DQ commute last (it needs final qparams).
 PRE_PARTITION_PASSES = (
+    LowerRollPass,
     QuantizeStateBuffersPass,
     SignedInteriorPass,
     IntegerProgramIOPass,

@@ -7,6 +7,7 @@ transform_for_pre_decomposition``), in the order of ``PRE_PARTITION_PASSES``.
 from .commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
 from .fold_quantized_constants import FoldQuantizedConstantsPass
 from .integer_program_io import IntegerProgramIOError, IntegerProgramIOPass
+from .lower_roll import LowerRollPass
 from .mark_quantized_islands import MarkQuantizedIslandsPass
 from .quantize_state_buffers import QuantizeStateBuffersPass
 from .requantize_non_fuseable_activation import RequantizeNonFuseableActivationPass
@@ -18,6 +19,7 @@ __all__ = [
     "FoldQuantizedConstantsPass",
     "IntegerProgramIOError",
     "IntegerProgramIOPass",
+    "LowerRollPass",
     "MarkQuantizedIslandsPass",
     "QuantizeStateBuffersPass",
     "RequantizeNonFuseableActivationPass",
