@@ -1,0 +1,191 @@
+"""Side by side: upstream executorch 1.5.1 EthosUPartitioner vs EthosUNGPartitioner.
+
+Each model is quantized once (EthosUNGQuantizer = upstream's symmetric int8 config, same
+calibration batches) and the same quantized module is lowered twice in this process tree. Each
+lowering runs in a forked child so a Vela segfault in upstream's in-process compile is reported
+as a crash instead of ending the benchmark.
+
+    python bench/compare_upstream.py timm:mobilenetv2_100 scenario:attention_bmm --target ethos-u55-128
+    python bench/compare_upstream.py timm:mobilevit_s --target ethos-u85-256 --force-cpu aten.exp.default
+
+Models: anything ``ethosu-ng compile`` accepts, plus ``scenario:attention_bmm`` (attention block,
+bmm on the CPU) and ``scenario:conv_split_bmm`` (conv -> split -> one branch into a CPU bmm).
+Prints a markdown table (one row per model and partitioner, plus an ours/upstream ratio row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import multiprocessing as mp
+import os
+import platform
+import sys
+import tempfile
+import time
+import traceback
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+
+SCENARIO_CPU_OPS = {"attention_bmm": ["aten.bmm.default"], "conv_split_bmm": ["aten.bmm.default"]}
+
+
+def load(spec: str):
+    if spec.startswith("scenario:"):
+        import models  # tests/models.py
+
+        name = spec.split(":", 1)[1]
+        cls = {"attention_bmm": models.AttentionBlock, "conv_split_bmm": models.ConvSplitBmm}[name]
+        torch.manual_seed(0)
+        return cls().eval(), cls.example(), SCENARIO_CPU_OPS[name]
+    from ethosu_ng.model_source import load_model
+
+    m = load_model(spec)
+    return m.model, m.example_inputs, []
+
+
+def _compute(name: str) -> bool:
+    return not (name.startswith("quantized_decomposed.") or name in ("getitem", "alloc"))
+
+
+def measure(edge, t_lower: float, vela_summaries):
+    from ethosu_ng.boundary import float_boundary_tensors
+    from ethosu_ng.op_names import op_name
+
+    program = edge.exported_program()
+    gm = program.graph_module
+    delegated, cpu = 0, []
+    partitions = 0
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        if n.target is torch.ops.higher_order.executorch_call_delegate:
+            partitions += 1
+            lm = getattr(gm, n.args[0].target)
+            delegated += sum(1 for m in lm.original_module.graph.nodes
+                             if m.op == "call_function" and _compute(op_name(m.target)))
+        elif _compute(op_name(n.target)):
+            cpu.append(op_name(n.target).replace("aten.", "").replace(".default", ""))
+    cycles = sum(float(s.get("cycles_npu", 0) or 0) for s in vela_summaries)
+    sram = sum(float(s.get("sram_memory_used", 0) or 0) for s in vela_summaries)
+    return {"partitions": partitions, "delegated": delegated, "total": delegated + len(cpu),
+            "cpu_ops": cpu, "float_boundary": len(float_boundary_tensors(program)),
+            "cycles": cycles, "sram_kib": sram, "lower_s": t_lower}
+
+
+def lower_upstream(q, x, target, force_cpu):
+    from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    from ethosu_ng import EthosUNGCompileSpec
+    from ethosu_ng.op_names import op_name
+    from ethosu_ng.vela_compiler import compile_tosa
+
+    class ForceCpu(OperatorSupportBase):
+        def is_node_supported(self, submodules, node):
+            return not (node.op == "call_function" and op_name(node.target) in force_cpu)
+
+    art = tempfile.mkdtemp(prefix="upstream_art_")
+    spec = EthosUCompileSpec(target)
+    spec.dump_intermediate_artifacts_to(art)
+    ep = torch.export.export(q, x)
+    t0 = time.time()
+    edge = to_edge_transform_and_lower(ep, partitioner=[EthosUPartitioner(spec, additional_checks=[ForceCpu()])])
+    t = time.time() - t0
+    # Upstream keeps no Vela figures; recompile its dumped TOSA (outside the timing) to get them.
+    summaries = [compile_tosa(open(f, "rb").read(), EthosUNGCompileSpec(target), os.path.basename(f)).summary
+                 for f in sorted(glob.glob(os.path.join(art, "output_tag*.tosa")))]
+    return edge, t, summaries
+
+
+def lower_ours(q, x, target, force_cpu):
+    from executorch.exir import to_edge_transform_and_lower
+
+    from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner
+
+    ep = torch.export.export(q, x)
+    t0 = time.time()
+    edge = to_edge_transform_and_lower(
+        ep, partitioner=[EthosUNGPartitioner(EthosUNGCompileSpec(target), cpu_ops=force_cpu)])
+    t = time.time() - t0
+    gm = edge.exported_program().graph_module
+    summaries = [getattr(gm, n).meta["_delegate_info_meta"].vela_summary
+                 for n in gm._modules if n.startswith("lowered_module")]
+    return edge, t, summaries
+
+
+def _child(which, q, x, target, force_cpu, queue):
+    try:
+        fn = lower_upstream if which == "upstream" else lower_ours
+        edge, t, summaries = fn(q, x, target, force_cpu)
+        metrics = measure(edge, t, summaries)  # before serialization rewrites the graph
+        metrics["pte"] = len(edge.to_executorch().buffer)
+        queue.put(("ok", metrics))
+    except BaseException as e:  # report, never hang the parent
+        queue.put(("error", f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"))
+
+
+def run_isolated(which, q, x, target, force_cpu, timeout):
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    p = ctx.Process(target=_child, args=(which, q, x, target, force_cpu, queue))
+    p.start()
+    p.join(timeout)
+    if p.is_alive():
+        p.kill()
+        return "error", f"timed out after {timeout} s"
+    if not queue.empty():
+        return queue.get()
+    return "error", f"crashed (exit code {p.exitcode}, signal {-p.exitcode if p.exitcode and p.exitcode < 0 else '-'})"
+
+
+def row(model, who, r):
+    if isinstance(r, str):
+        return f"| {model} | {who} | {r} |" + " |" * 7
+    cpu = ", ".join(sorted(set(r["cpu_ops"]))) or "-"
+    return (f"| {model} | {who} | {r['partitions']} | {r['delegated']}/{r['total']} | "
+            f"{len(r['cpu_ops'])}: {cpu} | {r['float_boundary']} | {r['cycles']:,.0f} | "
+            f"{r['sram_kib']:,.1f} | {r['pte']:,} | {r['lower_s']:.1f} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--target", default="ethos-u55-128")
+    ap.add_argument("--force-cpu", nargs="*", default=[], metavar="OP")
+    ap.add_argument("--calibration", type=int, default=2)
+    ap.add_argument("--timeout", type=int, default=1800)
+    args = ap.parse_args()
+
+    from ethosu_ng import EthosUNGCompileSpec
+    from ethosu_ng.export import quantize
+
+    print(f"target {args.target}; force-cpu {args.force_cpu or '-'}; torch {torch.__version__}; "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores\n")
+    print("| model | partitioner | partitions | ops delegated/total | CPU ops (non-Q/DQ) | "
+          "float boundary tensors | Vela NPU cycles | Vela SRAM KiB | .pte bytes | lowering s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for spec_str in args.models:
+        model, x, scenario_cpu = load(spec_str)
+        force = list(args.force_cpu) + scenario_cpu
+        g = torch.Generator().manual_seed(1)
+        calib = [tuple(torch.randn(t.shape, generator=g) for t in x) for _ in range(args.calibration)]
+        q = quantize(model, x, EthosUNGCompileSpec(args.target), calibration=calib)
+        results = {}
+        for who in ("upstream", "ethosu_ng"):
+            status, r = run_isolated(who, q, x, args.target, force, args.timeout)
+            results[who] = r
+            print(row(spec_str, who, r if status == "ok" else r), flush=True)
+        up, ours = results["upstream"], results["ethosu_ng"]
+        if isinstance(up, dict) and isinstance(ours, dict):
+            cyc = ours["cycles"] / up["cycles"] if up["cycles"] else float("nan")
+            tl = ours["lower_s"] / up["lower_s"] if up["lower_s"] else float("nan")
+            print(f"| {spec_str} | ratio ours/upstream | | | | | {cyc:.3f} | | | {tl:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
