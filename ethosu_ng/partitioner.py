@@ -30,7 +30,7 @@ from .boundary import BoundaryContract, PartitionIO
 from .compile_spec import EthosUNGCompileSpec
 from .delegate_io import QPARAMS_META, integer_tensor_qparams
 from .op_names import op_name, resolve_op_names
-from .passes.commute_qdq_through_passthrough import _rename_outputs
+from .passes.qdq_nodes import rename_outputs
 from .passes import (
     RequantizeNonFuseableActivationPass,
     SignedInteriorPass,
@@ -127,7 +127,7 @@ class EthosUNGPartitioner(Partitioner):
         for make_pass in PRE_PARTITION_PASSES:
             program = make_pass()(program)
         # Passes re-type or replace output nodes; the signature names them by position.
-        _rename_outputs(program, names_before, program.graph_module.graph.output_node().args[0])
+        rename_outputs(program, names_before, program.graph_module.graph.output_node().args[0])
         return program
 
     def ops_to_not_decompose(

@@ -24,11 +24,10 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-aten = torch.ops.aten
-qd = torch.ops.quantized_decomposed
+# qparams() accepts int8/int16 only: uint8 may exist only at the program's IO, never inside.
+from .qdq_nodes import DQ_PER_TENSOR, Q_PER_TENSOR, QParams, as_dtype, qparams, rename_outputs, retype
 
-Q_PER_TENSOR = qd.quantize_per_tensor.default
-DQ_PER_TENSOR = qd.dequantize_per_tensor.default
+aten = torch.ops.aten
 
 SINGLE_OUTPUT_PASS_THROUGH = frozenset({
     aten.view.default, aten.reshape.default, aten._unsafe_view.default,
@@ -44,42 +43,6 @@ MULTI_OUTPUT_PASS_THROUGH = frozenset({
 })
 LIST_INPUT_PASS_THROUGH = frozenset({aten.cat.default, aten.concat.default})
 PASS_THROUGH_OPS = SINGLE_OUTPUT_PASS_THROUGH | MULTI_OUTPUT_PASS_THROUGH | LIST_INPUT_PASS_THROUGH
-
-# int8/int16 only: uint8 may exist only at the program's IO, never inside a delegate.
-_COMMUTABLE_DTYPES = (torch.int8, torch.int16)
-
-QParams = Tuple[float, int, int, int, torch.dtype]
-
-
-def _qparams(node: Node) -> Optional[QParams]:
-    """(scale, zero_point, qmin, qmax, dtype) of a per-tensor Q/DQ with literal arguments."""
-    if node.op != "call_function" or node.target not in (Q_PER_TENSOR, DQ_PER_TENSOR):
-        return None
-    if len(node.args) < 6 or node.kwargs:
-        return None
-    args = node.args
-    scale, zp, qmin, qmax, dtype = args[1:6]
-    if not isinstance(scale, float) or not isinstance(zp, int) or dtype not in _COMMUTABLE_DTYPES:
-        return None
-    return (scale, zp, qmin, qmax, dtype)
-
-
-def _as_dtype(val, dtype: torch.dtype):
-    if isinstance(val, (list, tuple)):
-        return type(val)(_as_dtype(v, dtype) for v in val)
-    if not isinstance(val, torch.Tensor):
-        return val
-    mode = getattr(val, "fake_mode", None)
-    if mode is None:
-        return torch.empty_strided(val.shape, val.stride(), dtype=dtype, device=val.device)
-    with mode:
-        return torch.empty_strided(val.shape, val.stride(), dtype=dtype, device=val.device)
-
-
-def _retype(node: Node, dtype: torch.dtype) -> None:
-    node.meta["val"] = _as_dtype(node.meta["val"], dtype)
-    node.meta.pop("tensor_meta", None)
-
 
 def _tensor_inputs(node: Node) -> Optional[List[Node]]:
     if node.target in LIST_INPUT_PASS_THROUGH:
@@ -121,7 +84,7 @@ class CommuteQDQThroughPassThroughPass:
         graph.eliminate_dead_code()
         graph.lint()
         gm.recompile()
-        _rename_outputs(program, names_before, out_node.args[0])
+        rename_outputs(program, names_before, out_node.args[0])
         return program
 
     # DQ(x) -> P  ==>  P(x) -> DQ
@@ -129,7 +92,7 @@ class CommuteQDQThroughPassThroughPass:
         inputs = _tensor_inputs(node)
         if not inputs:
             return False
-        qps = {_qparams(i) if i.target == DQ_PER_TENSOR else None for i in inputs}
+        qps = {qparams(i) if i.target == DQ_PER_TENSOR else None for i in inputs}
         if len(qps) != 1 or None in qps:
             return False
         qp = qps.pop()
@@ -141,10 +104,10 @@ class CommuteQDQThroughPassThroughPass:
         else:
             node.update_arg(0, inputs[0].args[0])
         dtype = qp[4]
-        _retype(node, dtype)
+        retype(node, dtype)
         for out in outputs:
             if out is not node:
-                _retype(out, dtype)
+                retype(out, dtype)
             self._requantize_users(graph, out, qp)
         for i in set(inputs):
             if not i.users:
@@ -155,7 +118,7 @@ class CommuteQDQThroughPassThroughPass:
     def _requantize_users(graph, out: Node, qp: QParams) -> None:
         """Users of an int8 pass-through output: matching Q disappears, others get their own DQ."""
         for user in list(out.users):
-            if user.op == "call_function" and user.target == Q_PER_TENSOR and _qparams(user) == qp:
+            if user.op == "call_function" and user.target == Q_PER_TENSOR and qparams(user) == qp:
                 user.replace_all_uses_with(out)
                 graph.erase_node(user)
                 continue
@@ -163,7 +126,7 @@ class CommuteQDQThroughPassThroughPass:
             with graph.inserting_after(out):
                 dq = graph.call_function(DQ_PER_TENSOR, (out, *qp))
             dq.meta = {k: v for k, v in out.meta.items() if k not in ("val", "tensor_meta")}
-            dq.meta["val"] = _as_dtype(out.meta["val"], torch.float32)
+            dq.meta["val"] = as_dtype(out.meta["val"], torch.float32)
             user.replace_input_with(out, dq)
 
     # x[float] -> P -> Q  ==>  Q(x) -> P
@@ -177,27 +140,18 @@ class CommuteQDQThroughPassThroughPass:
         if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point:
             return False
         users = list(node.users)
-        qps = {_qparams(u) for u in users}
+        qps = {qparams(u) for u in users}
         if not users or len(qps) != 1 or None in qps:
             return False
         qp = qps.pop()
         with graph.inserting_before(node):
             q = graph.call_function(Q_PER_TENSOR, (src, *qp))
         q.meta = {k: v for k, v in users[0].meta.items() if k not in ("val", "tensor_meta")}
-        q.meta["val"] = _as_dtype(val, qp[4])
+        q.meta["val"] = as_dtype(val, qp[4])
         node.update_arg(0, q)
-        _retype(node, qp[4])
+        retype(node, qp[4])
         for u in users:
             u.replace_all_uses_with(node)
             graph.erase_node(u)
         return True
 
-
-def _rename_outputs(program: ExportedProgram, before: Sequence[Optional[str]], after) -> None:
-    """Keep the graph signature's output names in step with the rewritten output node."""
-    from torch.export.graph_signature import TensorArgument
-
-    specs = program.graph_signature.output_specs
-    for spec, old, new in zip(specs, before, after):
-        if isinstance(new, Node) and old != new.name and isinstance(spec.arg, TensorArgument):
-            spec.arg = TensorArgument(name=new.name)

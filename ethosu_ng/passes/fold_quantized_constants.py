@@ -20,7 +20,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 from torch.fx import Node
 
-from .commute_qdq_through_passthrough import Q_PER_TENSOR
+from .qdq_nodes import Q_PER_TENSOR
 
 _Q_OPS = (Q_PER_TENSOR, torch.ops.quantized_decomposed.quantize_per_channel.default)
 

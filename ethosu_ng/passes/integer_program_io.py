@@ -20,7 +20,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from .commute_qdq_through_passthrough import DQ_PER_TENSOR, Q_PER_TENSOR, _as_dtype, _rename_outputs
+from .qdq_nodes import DQ_PER_TENSOR, Q_PER_TENSOR, as_dtype, rename_outputs
 
 IO_META_KEY = "ethosu_ng_program_io"
 
@@ -71,7 +71,7 @@ class IntegerProgramIOPass:
         graph.eliminate_dead_code()
         graph.lint()
         program.graph_module.recompile()
-        _rename_outputs(program, names_before, out_node.args[0])
+        rename_outputs(program, names_before, out_node.args[0])
         return program
 
     @staticmethod
@@ -96,7 +96,7 @@ class IntegerProgramIOPass:
                 f"(users: {[u.name for u in x.users]}); was the model quantized with "
                 f"EthosUNGQuantizer(input_dtype={dtype})?")
         q = chain[-1]
-        x.meta["val"] = _as_dtype(val, dtype)
+        x.meta["val"] = as_dtype(val, dtype)
         x.meta.pop("tensor_meta", None)
         q.replace_all_uses_with(x)
         for n in reversed(chain):

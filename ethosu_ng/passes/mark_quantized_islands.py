@@ -14,7 +14,7 @@ import torch
 from torch.export import ExportedProgram
 
 from .. import upstream
-from .commute_qdq_through_passthrough import DQ_PER_TENSOR, Q_PER_TENSOR
+from .qdq_nodes import DQ_PER_TENSOR, Q_PER_TENSOR
 
 _DQ = (DQ_PER_TENSOR, torch.ops.quantized_decomposed.dequantize_per_channel.default)
 

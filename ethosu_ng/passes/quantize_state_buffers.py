@@ -19,7 +19,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from .commute_qdq_through_passthrough import DQ_PER_TENSOR, Q_PER_TENSOR, _as_dtype, _qparams
+from .qdq_nodes import DQ_PER_TENSOR, Q_PER_TENSOR, as_dtype, qparams
 
 _COPY = (torch.ops.aten.copy_.default,)
 
@@ -39,7 +39,7 @@ class QuantizeStateBuffersPass:
             val = state.meta.get("val")
             if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point:
                 continue
-            qps = {_qparams(u) for u in value.users if u is not copy}
+            qps = {qparams(u) for u in value.users if u is not copy}
             if len(qps) != 1 or None in qps:
                 continue  # the written value is not (uniquely) quantized: leave the buffer float
             qp = qps.pop()
@@ -49,7 +49,7 @@ class QuantizeStateBuffersPass:
             store[spec.target] = torch.ops.quantized_decomposed.quantize_per_tensor(
                 store[spec.target], scale, zp, qmin, qmax, dtype)
             readers = [u for u in state.users if u is not copy]
-            state.meta["val"] = _as_dtype(val, dtype)
+            state.meta["val"] = as_dtype(val, dtype)
             state.meta.pop("tensor_meta", None)
             with graph.inserting_after(state):
                 dq = graph.call_function(DQ_PER_TENSOR, (state, *qp))
@@ -58,9 +58,9 @@ class QuantizeStateBuffersPass:
                 r.replace_input_with(state, dq)
             with graph.inserting_before(copy):
                 q = graph.call_function(Q_PER_TENSOR, (value, *qp))
-            q.meta = dict(value.meta, val=_as_dtype(value.meta["val"], dtype))
+            q.meta = dict(value.meta, val=as_dtype(value.meta["val"], dtype))
             copy.replace_input_with(value, q)
-            copy.meta["val"] = _as_dtype(copy.meta["val"], dtype)
+            copy.meta["val"] = as_dtype(copy.meta["val"], dtype)
             self.quantized.append(spec.target)
         if self.quantized:
             graph.lint()

@@ -23,7 +23,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from .commute_qdq_through_passthrough import DQ_PER_TENSOR, Q_PER_TENSOR, _as_dtype
+from .qdq_nodes import DQ_PER_TENSOR, Q_PER_TENSOR, insert_qdq
 
 aten = torch.ops.aten
 _ACTIVATIONS = (aten.relu.default, aten.relu_.default, aten.hardtanh.default, aten.relu6.default)
@@ -53,14 +53,7 @@ class RequantizeNonFuseableActivationPass:
             q = _activation_quantize(act)
             if q is None:
                 continue
-            qargs = tuple(q.args[1:6])
-            with graph.inserting_after(src):
-                q_new = graph.call_function(Q_PER_TENSOR, (src, *qargs))
-            with graph.inserting_after(q_new):
-                dq_new = graph.call_function(DQ_PER_TENSOR, (q_new, *qargs))
-            base = {k: v for k, v in q.meta.items() if k not in ("val", "tensor_meta")}
-            q_new.meta = dict(base, val=_as_dtype(src.meta["val"], qargs[4]))
-            dq_new.meta = dict(base, val=src.meta["val"])
+            _, dq_new = insert_qdq(graph, src, tuple(q.args[1:6]), meta_from=q)
             act.replace_input_with(src, dq_new)
             self.rewritten += 1
         if self.rewritten:

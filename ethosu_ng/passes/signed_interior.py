@@ -21,7 +21,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from .commute_qdq_through_passthrough import DQ_PER_TENSOR, Q_PER_TENSOR, _as_dtype
+from .qdq_nodes import DQ_PER_TENSOR, Q_PER_TENSOR, insert_qdq
 
 
 def _u8(node: Node) -> bool:
@@ -46,13 +46,7 @@ class SignedInteriorPass:
                 users = [u for u in n.users if u.op == "call_function" and u.target != Q_PER_TENSOR]
                 if not users:
                     continue
-                args = _signed(n)
-                with graph.inserting_after(n):
-                    q = graph.call_function(Q_PER_TENSOR, (n, *args))
-                with graph.inserting_after(q):
-                    dq = graph.call_function(DQ_PER_TENSOR, (q, *args))
-                q.meta = dict(n.meta, val=_as_dtype(n.meta["val"], torch.int8))
-                dq.meta = dict(n.meta)
+                _, dq = insert_qdq(graph, n, _signed(n), meta_from=n)
                 for u in users:
                     u.replace_input_with(n, dq)
                 self.rewritten += 1
@@ -60,12 +54,7 @@ class SignedInteriorPass:
                 src = n.args[0]
                 if not isinstance(src, Node) or src.target == DQ_PER_TENSOR:
                     continue
-                args = _signed(n)
-                with graph.inserting_before(n):
-                    q = graph.call_function(Q_PER_TENSOR, (src, *args))
-                    dq = graph.call_function(DQ_PER_TENSOR, (q, *args))
-                q.meta = dict(n.meta, val=_as_dtype(n.meta["val"], torch.int8))
-                dq.meta = dict(n.meta, val=src.meta["val"])
+                _, dq = insert_qdq(graph, src, _signed(n), meta_from=n, before=n)
                 n.replace_input_with(src, dq)
                 self.rewritten += 1
         if self.rewritten:

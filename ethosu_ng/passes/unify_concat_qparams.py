@@ -17,7 +17,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from .commute_qdq_through_passthrough import DQ_PER_TENSOR, Q_PER_TENSOR, _as_dtype, _qparams
+from .qdq_nodes import DQ_PER_TENSOR, insert_qdq, qparams
 
 aten = torch.ops.aten
 _CONCAT = (aten.cat.default, aten.concat.default, aten.stack.default)
@@ -33,21 +33,17 @@ class UnifyConcatQParamsPass:
             items = cat.args[0]
             if not isinstance(items, (list, tuple)) or not all(isinstance(i, Node) for i in items):
                 continue
-            out_qps = {_qparams(u) for u in cat.users}
+            out_qps = {qparams(u) for u in cat.users}
             if len(out_qps) != 1 or None in out_qps:
                 continue
             qp = out_qps.pop()
             new_items = []
             for item in items:
-                item_qp = _qparams(item) if item.target == DQ_PER_TENSOR else None
+                item_qp = qparams(item) if item.target == DQ_PER_TENSOR else None
                 if item_qp is None or item_qp == qp:
                     new_items.append(item)
                     continue
-                with graph.inserting_before(cat):
-                    q = graph.call_function(Q_PER_TENSOR, (item, *qp))
-                    dq = graph.call_function(DQ_PER_TENSOR, (q, *qp))
-                q.meta = dict(item.meta, val=_as_dtype(item.meta["val"], qp[4]))
-                dq.meta = dict(item.meta)
+                _, dq = insert_qdq(graph, item, qp, meta_from=item, before=cat)
                 new_items.append(dq)
                 self.rewritten += 1
             cat.update_arg(0, type(items)(new_items))
