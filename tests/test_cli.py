@@ -61,6 +61,8 @@ def test_report_html_renders_in_headless_chromium(compiled, capsys, tmp_path):
     assert "<svg" in text and "NPU cycles per partition" in text and "<script" not in text
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
+        if os.environ.get("ETHOSU_NG_REQUIRE_TOOLS"):
+            pytest.fail("chromium is required (ETHOSU_NG_REQUIRE_TOOLS is set)")
         pytest.skip("chromium not installed")
     png = tmp_path / "r.png"
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
