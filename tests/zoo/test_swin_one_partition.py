@@ -1,0 +1,32 @@
+"""NPU coverage on swin_tiny for ethos-u85-256: torch.roll runs on the NPU, so the whole model
+is one partition with no CPU compute (upstream 1.5.1: 11 partitions, 102 CPU nodes)."""
+
+import time
+
+import pytest
+import torch
+
+from ethosu_ng import EthosUNGCompileSpec
+from ethosu_ng.boundary import float_boundary_tensors
+from ethosu_ng.export import lower, quantize
+from ethosu_ng.tosa_reference import check_delegates
+
+timm = pytest.importorskip("timm")
+
+
+@pytest.mark.slow
+def test_swin_tiny_u85_is_one_partition():
+    t0 = time.time()
+    torch.manual_seed(0)
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False).eval()
+    x = (torch.randn(1, 3, 224, 224),)
+    spec = EthosUNGCompileSpec("ethos-u85-256", embed_tosa=True)
+    q = quantize(model, x, spec, calibration=[x, (torch.randn(1, 3, 224, 224),)])
+    edge, part = lower(q, x, spec)
+    print(f"swin_tiny lowered in {time.time() - t0:.0f} s: {len(part.report.partitions)} partitions")
+    compute_on_cpu = {n: t for n, t in part.report.cpu_targets.items() if "quantize" not in t}
+    assert len(part.report.partitions) == 1, compute_on_cpu
+    assert compute_on_cpu == {}
+    assert float_boundary_tensors(edge.exported_program()) == []
+    assert max(r.worst for r in check_delegates(edge, x)) <= 1
+    edge.to_executorch()
