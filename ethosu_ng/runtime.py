@@ -72,11 +72,11 @@ class HostRuntimeError(RuntimeError):
 
 # ------------------------------------------------------------------ building
 def _sources() -> List[Path]:
+    """What the host library is built from (tests and bench sources are not)."""
     files = [_REPO / "CMakeLists.txt"]
-    for sub in ("runtime", "cmake"):
-        root = _REPO / sub
-        if root.is_dir():
-            files += [p for p in root.rglob("*") if p.is_file()]
+    root = _REPO / "runtime" / "ethosu_ng"
+    if root.is_dir():
+        files += [p for p in root.rglob("*") if p.is_file()]
     return files
 
 

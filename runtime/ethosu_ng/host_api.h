@@ -1,0 +1,59 @@
+// C API of the host runtime library (libethosu_ng_host.so), used from Python
+// through ctypes (ethosu_ng/runtime.py). Host only: firmware never sees it.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define ETHOSU_NG_EXPORT __attribute__((visibility("default")))
+#else
+#define ETHOSU_NG_EXPORT
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Bumped whenever a signature below changes; runtime.py checks it.
+#define ETHOSU_NG_HOST_ABI_VERSION 1
+
+// Runs one delegate's embedded TOSA flatbuffer. Called by the host NpuDriver
+// with the inputs already in the NPU scratch buffer and the outputs to be
+// written there, each at its IO entry's offset, dense in the entry's
+// dim_order (the "NPU layout"). Shapes are given in that memory order (they
+// are the TOSA graph's tensor shapes), `shapes` holds 6 int64 per tensor
+// (unused entries 0). dtype codes are the blob's: 1 int8, 2 uint8, 3 int16,
+// 4 uint16, 5 int32. `byte_sizes` is what each buffer holds. Return 0 on
+// success; otherwise write a message into err (NUL-terminated, at most
+// err_cap bytes) and return non-zero.
+typedef int (*ethosu_ng_tosa_callback)(
+    const uint8_t* tosa,
+    size_t tosa_len,
+    int n_in,
+    const void* const* in_ptrs,
+    const int* in_dtypes,
+    const int* in_ranks,
+    const int64_t* in_shapes,
+    const int64_t* in_byte_sizes,
+    int n_out,
+    void* const* out_ptrs,
+    const int* out_dtypes,
+    const int* out_ranks,
+    const int64_t* out_shapes,
+    const int64_t* out_byte_sizes,
+    char* err,
+    size_t err_cap);
+
+// Registers (or with NULL, clears) the callback. Without one, executing a
+// delegate on the host fails with an Error.
+ETHOSU_NG_EXPORT void ethosu_ng_set_tosa_callback(ethosu_ng_tosa_callback cb);
+
+ETHOSU_NG_EXPORT int ethosu_ng_host_abi_version(void);
+
+// Number of delegate invocations the host driver ran (for tests).
+ETHOSU_NG_EXPORT uint64_t ethosu_ng_host_invoke_count(void);
+
+#ifdef __cplusplus
+} // extern "C"
+#endif

@@ -1,0 +1,316 @@
+"""The C++ delegate runtime on the host: whole .pte programs through executorch.runtime.
+
+CPU ops run on ExecuTorch's kernels, every EthosUNGBackend delegate in our C++ backend (blob
+parse, IO validation, layout copies into the NPU scratch buffer), with the host driver running the
+embedded TOSA graph on the reference model. Checked against the Python references
+(``run_program_on_tosa``, the eager quantized model), with float and integer (uint8/int8) program
+IO, contiguous and channels-last data, a forced CPU break, and hostile programs that must fail
+with a Python exception, not a crash.
+
+References are computed before ``edge.to_executorch()``: that call mutates the edge program, and
+``run_program_on_tosa`` on it afterwards is wrong for channels-last inputs.
+"""
+
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from conftest import calibration_batches
+from models import AttentionBlock, ConvSplitBmm
+from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
+from ethosu_ng import runtime as ngrt
+from ethosu_ng.export import lower, quantize
+from ethosu_ng.tosa_reference import run_program_on_tosa
+
+CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
+U55 = "ethos-u55-128"
+
+
+class SmallConv(nn.Module):
+    """conv3x3 -> relu -> conv1x1 on a non-square 6x10 image, so NCHW and NHWC shapes differ."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.c2(torch.relu(self.c1(x)))
+
+    @staticmethod
+    def example():
+        return (torch.randn(1, 3, 6, 10),)
+
+
+class Lowered:
+    """One model quantized and lowered, its references taken before to_executorch()."""
+
+    def __init__(self, model, example, cpu_ops=(), embed_tosa=True, feeds=None):
+        spec = EthosUNGCompileSpec(U55, embed_tosa=embed_tosa)
+        self.q = quantize(model.eval(), example, spec, calibration=calibration_batches(example))
+        self.edge, _ = lower(self.q, example, spec, cpu_ops=list(cpu_ops))
+        gm = self.edge.exported_program().graph_module
+        self.blobs = [DelegateBlob.from_bytes(getattr(gm, n.args[0].target).processed_bytes)
+                      for n in gm.graph.nodes if n.op == "call_function" and n.target is CALL_DELEGATE]
+        self.feeds = feeds or []
+        self.tosa_refs = [_as_list(run_program_on_tosa(self.edge, f)) for f in self.feeds] if embed_tosa else []
+        self.pte = self.edge.to_executorch().buffer
+
+    def eager(self, inputs):
+        return _as_list(self.q(*inputs))
+
+
+def _as_list(v):
+    return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+def _lsb_ok(got, eager, blob_out):
+    scale = blob_out.scale
+    assert scale is not None and scale > 0
+    assert (got - eager).abs().max().item() <= scale * 1.0001 + 1e-7
+
+
+def _feeds(example, n=2):
+    return [example] + calibration_batches(example, n=n, seed=11)
+
+
+@pytest.fixture(scope="module")
+def host():
+    return ngrt.load_host_runtime()
+
+
+@pytest.fixture(scope="module")
+def conv(host):
+    torch.manual_seed(0)
+    x = SmallConv.example()
+    return Lowered(SmallConv(), x, feeds=_feeds(x))
+
+
+@pytest.fixture(scope="module")
+def conv_cl(host):
+    """Exported with a channels-last example: the delegate input is a channels-last int8 tensor
+    (the CPU quantize op keeps the dim order) and the NPU reads NHWC."""
+    torch.manual_seed(0)
+    x = tuple(t.to(memory_format=torch.channels_last) for t in SmallConv.example())
+    feeds = [tuple(t.to(memory_format=torch.channels_last) for t in f) for f in _feeds(x)]
+    return Lowered(SmallConv(), x, feeds=feeds)
+
+
+def test_backend_registered(host):
+    from executorch.runtime import Runtime
+
+    assert "EthosUNGBackend" in Runtime.get().backend_registry.registered_backend_names
+    assert Runtime.get().backend_registry.is_available("EthosUNGBackend")
+    assert host.ethosu_ng_host_abi_version() == ngrt.HOST_ABI_VERSION
+    assert ngrt.load_host_runtime() is host  # idempotent
+
+
+def test_conv_contiguous_matches_tosa_and_eager(conv):
+    assert len(conv.blobs) == 1
+    blob = conv.blobs[0]
+    assert blob.tosa is not None and blob.inputs[0].dim_order == (0, 1, 2, 3)
+    for feed, tosa_ref in zip(conv.feeds, conv.tosa_refs):
+        n0 = ngrt.delegate_invocations()
+        got = ngrt.run_pte(conv.pte, list(feed))
+        assert ngrt.delegate_invocations() == n0 + 1  # the delegate ran in our C++ backend
+        assert len(got) == 1 and got[0].dtype == torch.float32
+        assert torch.equal(got[0], tosa_ref[0])  # bit for bit
+        _lsb_ok(got[0], conv.eager(feed)[0], blob.outputs[0])
+
+
+def test_conv_contiguous_program_fed_channels_last(conv):
+    """executorch.runtime copies input storage as is; run_pte lays the input out the way the
+    program planned it, so a channels-last tensor gives the same answer as a contiguous one."""
+    for feed in conv.feeds:
+        cl = [t.to(memory_format=torch.channels_last) for t in feed]
+        assert not cl[0].is_contiguous()
+        got = ngrt.run_pte(conv.pte, cl)
+        want = ngrt.run_pte(conv.pte, [t.contiguous() for t in feed])
+        assert torch.equal(got[0], want[0])
+        _lsb_ok(got[0], conv.eager(feed)[0], conv.blobs[0].outputs[0])
+
+
+def test_conv_channels_last_delegate(conv_cl):
+    blob = conv_cl.blobs[0]
+    # The premise: the NPU reads and writes NHWC, so the C++ layout copies do real work.
+    assert blob.inputs[0].dim_order == (0, 2, 3, 1)
+    assert blob.outputs[0].dim_order == (0, 2, 3, 1)
+    in_orders = ngrt.program_input_dim_orders(conv_cl.pte)
+    assert in_orders == [(0, 2, 3, 1)]
+    for feed, tosa_ref in zip(conv_cl.feeds, conv_cl.tosa_refs):
+        got = ngrt.run_pte(conv_cl.pte, list(feed))
+        assert got[0].shape == (1, 4, 6, 10)
+        assert got[0].is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(got[0], tosa_ref[0])  # bit for bit
+        _lsb_ok(got[0], conv_cl.eager(feed)[0], blob.outputs[0])
+        # Contiguous data into the channels-last program: same logical result.
+        again = ngrt.run_pte(conv_cl.pte, [t.contiguous() for t in feed])
+        assert torch.equal(again[0], got[0])
+
+
+def _images(n, seed, channels_last=False):
+    g = torch.Generator().manual_seed(seed)
+    out = [(torch.rand(1, 3, 6, 10, generator=g),) for _ in range(n)]
+    if channels_last:
+        out = [(t.to(memory_format=torch.channels_last),) for (t,) in out]
+    return out
+
+
+@pytest.mark.parametrize("in_dtype, out_dtype, channels_last", [
+    (torch.uint8, torch.int8, False),
+    (torch.uint8, torch.uint8, True),
+    (torch.int8, torch.int8, True),
+], ids=["u8_in_i8_out", "u8_io_channels_last", "i8_io_channels_last"])
+def test_integer_program_io(host, in_dtype, out_dtype, channels_last):
+    """Integer program IO: the program inputs go straight into the delegate (uint8 as Byte),
+    the delegate's integer outputs are the program outputs; no CPU op at the edges."""
+    from ethosu_ng import io_quantization
+
+    torch.manual_seed(0)
+    x = _images(1, 0, channels_last)[0]
+    spec = EthosUNGCompileSpec(U55, embed_tosa=True)
+    q = quantize(SmallConv().eval(), x, spec, calibration=_images(8, 1, channels_last),
+                 input_dtype=in_dtype, output_dtype=out_dtype)
+    edge, _ = lower(q, x, spec)
+    ioq = io_quantization(edge)
+    floats = _images(3, 2, channels_last)
+    feeds = [(ioq.inputs[0].quantize(xf),) for (xf,) in floats]
+    tosa_refs = [_as_list(run_program_on_tosa(edge, f)) for f in feeds]
+    blob = DelegateBlob.from_bytes(edge.exported_program().graph_module.lowered_module_0.processed_bytes)
+    assert blob.inputs[0].dtype == in_dtype and blob.outputs[0].dtype == out_dtype
+    assert blob.inputs[0].dim_order == ((0, 2, 3, 1) if channels_last else (0, 1, 2, 3))
+    pte = edge.to_executorch().buffer
+    for (xf,), feed, tref in zip(floats, feeds, tosa_refs):
+        assert feed[0].dtype == in_dtype
+        got = ngrt.run_pte(pte, list(feed))
+        assert len(got) == 1 and got[0].dtype == out_dtype
+        assert torch.equal(got[0], tref[0])
+        want = ioq.outputs[0].quantize(q(xf))
+        assert (got[0].to(torch.int32) - want.to(torch.int32)).abs().max().item() <= 1
+
+
+@pytest.mark.parametrize("cls", [ConvSplitBmm, AttentionBlock], ids=["conv_split_bmm", "attention"])
+def test_cpu_break(host, cls):
+    """bmm pinned to the CPU: a delegate feeding a CPU op (and, for attention, int8 flowing
+    from one delegate straight into the next) runs end to end."""
+    torch.manual_seed(0)
+    x = cls.example()
+    low = Lowered(cls(), x, cpu_ops=["aten.bmm.default"], feeds=_feeds(x, n=1))
+    assert low.blobs, "nothing delegated"
+    assert "aten_bmm" in low.edge.exported_program().graph_module.code
+    for feed, tosa_ref in zip(low.feeds, low.tosa_refs):
+        n0 = ngrt.delegate_invocations()
+        got = ngrt.run_pte(low.pte, list(feed))
+        assert ngrt.delegate_invocations() == n0 + len(low.blobs)
+        eager = low.eager(feed)
+        assert len(got) == len(tosa_ref) == len(eager)
+        for g, r, e in zip(got, tosa_ref, eager):
+            assert torch.equal(g, r)
+            assert torch.allclose(g, e, atol=0.05 * e.abs().max().item() + 1e-6)
+
+
+# ------------------------------------------------------------------ hostile
+@pytest.fixture(scope="module")
+def conv_no_tosa(host):
+    torch.manual_seed(0)
+    x = SmallConv.example()
+    return Lowered(SmallConv(), x, embed_tosa=False)
+
+
+def test_missing_tosa_section_is_a_clean_error(conv_no_tosa, conv, capfd):
+    assert conv_no_tosa.blobs[0].tosa is None
+    with pytest.raises(RuntimeError):
+        ngrt.run_pte(conv_no_tosa.pte, list(SmallConv.example()))
+    err = capfd.readouterr().err
+    assert "no TOSA section" in err and "embed_tosa=True" in err
+    # The process and the runtime are fine afterwards.
+    ok = ngrt.run_pte(conv.pte, list(conv.feeds[0]))
+    assert torch.equal(ok[0], conv.tosa_refs[0][0])
+
+
+def _blob_at(pte: bytes) -> int:
+    off = pte.find(b"EUNG")
+    assert off >= 0 and pte.find(b"EUNG", off + 1) == -1, "expected exactly one delegate blob"
+    return off
+
+
+def _patched(pte: bytes, rel: int, data: bytes) -> bytes:
+    b = bytearray(pte)
+    at = _blob_at(pte) + rel
+    b[at:at + len(data)] = data
+    return bytes(b)
+
+
+IO0 = 64  # first IO table entry (input 0)
+
+
+@pytest.mark.parametrize("name, rel, data, stage, message", [
+    # Valid blob, but the IO table disagrees with the tensors ExecuTorch hands us: execute().
+    ("input_dtype_uint8", IO0 + 0, bytes([2]), "execute", "input 0: dtype mismatch: expected uint8"),
+    ("input_shape", IO0 + 28, (10).to_bytes(4, "little") + (6).to_bytes(4, "little"),
+     "execute", "input 0: shape mismatch: expected [1, 3, 10, 6], got [1, 3, 6, 10]"),
+    ("output_dtype_uint8", IO0 + 64, bytes([2]), "execute", "output 0: dtype mismatch: expected uint8"),
+    # Malformed blobs: rejected by the parser at init (load_method).
+    ("magic", 0, b"XUNG", "init", "bad magic"),
+    ("elem_size", IO0 + 2, bytes([2]), "init", "input 0: element size 2 does not match int8"),
+    ("version", 4, (2).to_bytes(2, "little"), "init", "unsupported version 2"),
+    ("dim_order", IO0 + 44, bytes([1, 1]), "init", "input 0: dim_order is not a permutation"),
+    ("io_outside_scratch", IO0 + 4, (0xFFFFFF00).to_bytes(4, "little"), "init", "outside scratch"),
+    ("section_table", 24, (0x7FFFFFF0).to_bytes(4, "little"), "init", "section table"),
+])
+def test_hostile_blob_in_pte(conv, capfd, name, rel, data, stage, message):
+    from executorch.runtime import Runtime
+
+    bad = _patched(conv.pte, rel, data)
+    feed = [t.contiguous() for t in conv.feeds[0]]
+    n0 = ngrt.delegate_invocations()
+    with pytest.raises(RuntimeError):
+        program = Runtime.get().load_program(bad)
+        method = program.load_method("forward")
+        assert stage == "execute", "init should have failed"
+        method.execute(feed)
+    assert ngrt.delegate_invocations() == n0  # rejected before the NPU
+    err = capfd.readouterr().err
+    assert message in err, err[-2000:]
+
+
+def test_callback_failure_is_reported(conv, capfd, monkeypatch):
+    import tosa_reference_model
+
+    def broken(*a, **k):
+        raise ValueError("reference model exploded")
+
+    monkeypatch.setattr(tosa_reference_model, "run", broken)
+    with pytest.raises(RuntimeError):
+        ngrt.run_pte(conv.pte, list(conv.feeds[0]))
+    assert "reference model exploded" in capfd.readouterr().err
+    assert isinstance(ngrt.last_callback_error(), ValueError)
+
+
+def test_reference_model_takes_uint8_bits_for_int8_tensors(conv):
+    """What the host callback relies on for uint8 IO entries: the reference model accepts a
+    uint8 array for an INT8 graph tensor and reads its bytes unchanged."""
+    import tosa_reference_model as refmodel
+
+    tosa = conv.blobs[0].tosa
+    shape = conv.blobs[0].inputs[0].shape
+    x = np.random.default_rng(0).integers(-128, 128, size=shape, dtype=np.int8)
+    a, sa = refmodel.run(tosa, [x], initialize_variable_tensor_from_numpy=True)
+    b, sb = refmodel.run(tosa, [x.view(np.uint8)], initialize_variable_tensor_from_numpy=True)
+    assert sa == sb == refmodel.GraphStatus.TOSA_VALID
+    assert np.array_equal(a[0], b[0])
+    with pytest.raises(Exception):  # a wrong byte count is rejected, not reinterpreted
+        refmodel.run(tosa, [x.astype(np.int16)], initialize_variable_tensor_from_numpy=True)
+
+
+def test_to_dim_order():
+    t = torch.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
+    cl = ngrt.to_dim_order(t, (0, 2, 3, 1))
+    assert torch.equal(cl, t) and cl.is_contiguous(memory_format=torch.channels_last)
+    assert ngrt.to_dim_order(cl, (0, 2, 3, 1)) is cl
+    back = ngrt.to_dim_order(cl, (0, 1, 2, 3))
+    assert torch.equal(back, t) and back.is_contiguous()
+    one = torch.zeros(1, 3, 1, 1)
+    assert ngrt.to_dim_order(one, (0, 2, 3, 1)) is one  # size-1 dims: already dense either way
