@@ -30,6 +30,7 @@ from .boundary import BoundaryContract, PartitionIO
 from .compile_spec import EthosUNGCompileSpec
 from .delegate_io import QPARAMS_META, integer_tensor_qparams
 from .op_names import op_name, resolve_op_names
+from .target_limits import TargetLimits
 from .passes.qdq_nodes import rename_outputs
 from .passes import (
     RequantizeNonFuseableActivationPass,
@@ -154,6 +155,7 @@ class EthosUNGPartitioner(Partitioner):
         with upstream.lowering_context(self.compile_spec, program):
             support = chain(
                 _PinnedToCpu(self.cpu_ops, report.cpu_reasons),
+                TargetLimits(self.compile_spec, report.cpu_reasons),
                 upstream.operator_support(self.compile_spec, program, reporter),
                 _NotExcluded(excluded),
             )

@@ -136,10 +136,11 @@ def test_upstream_list_argument_convention_is_pinned():
 
 
 def test_without_our_fold_upstream_folds_wrong(monkeypatch):
-    """The premise: disable FoldQuantizedConstantsPass and upstream's fold is off by many LSB."""
-    from ethosu_ng.passes import FoldQuantizedConstantsPass
+    """The premise: disable our two passes and upstream's fold is off by many LSB."""
+    from ethosu_ng.passes import FoldQuantizedConstantsPass, UnifyConcatQParamsPass
 
     monkeypatch.setattr(FoldQuantizedConstantsPass, "__call__", lambda self, p: p)
+    monkeypatch.setattr(UnifyConcatQParamsPass, "__call__", lambda self, p: p)
     tensors, qparams = CASES["three_inputs_different_qparams"]
     model = QuantizedConstCat(tensors, qparams)
     x = (torch.randn(1, 3, H, W),)

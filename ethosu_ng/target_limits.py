@@ -1,0 +1,45 @@
+"""Operator limits of a target that Vela does not reject cleanly, checked before partitioning.
+
+Each rule exists because Vela 5.1.0 crashes (not errors) on the pattern; keeping the op on the
+CPU up front is cheaper and kinder than compiling, crashing and falling back. Every rejection
+carries a reason that the partition report shows.
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import torch
+from torch.fx import Node
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from .compile_spec import EthosUNGCompileSpec
+from .op_names import op_name
+
+_SLICING = {"aten.select_copy.int", "aten.slice_copy.Tensor"}
+
+
+class TargetLimits(OperatorSupportBase):
+    def __init__(self, spec: EthosUNGCompileSpec, reasons: Dict[str, str]):
+        self.spec, self.reasons = spec, reasons
+
+    def is_node_supported(self, submodules, node: Node) -> bool:
+        if node.op != "call_function":
+            return True
+        reason = self.why_not(node)
+        if reason is None:
+            return True
+        self.reasons.setdefault(node.name, reason)
+        return False
+
+    def why_not(self, node: Node):
+        name = op_name(node.target)
+        if self.spec.is_u55_subset and name in _SLICING and node.args:
+            src = node.args[0]
+            val = src.meta.get("val") if isinstance(src, Node) else None
+            if isinstance(val, torch.Tensor) and val.dim() >= 5:
+                # Measured: attention q/k/v = permute(reshape(qkv), 5-D)[i] -> add/mul/matmul
+                # makes Vela 5.1.0 SIGSEGV for ethos-u55-128 (swin, shifted-window blocks).
+                return (f"{self.spec.family}: slicing a rank-{val.dim()} tensor crashes Vela 5.1.0; "
+                        "kept on CPU (int8 data movement)")
+        return None
