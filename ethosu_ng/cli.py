@@ -163,6 +163,15 @@ def cmd_verify(args) -> int:
     if not ca:
         raise CliError(f"{args.pte}: no {os.path.splitext(args.pte)[0]}.report.json with compile "
                        "arguments next to it; verify needs it to rebuild the eager quantized model")
+    with open(args.pte, "rb") as f:
+        pte = f.read()
+    from . import upstream
+    from .blob import DelegateBlob
+
+    for backend, data in upstream.pte_delegate_payloads(pte):
+        if backend == "EthosUNGBackend" and DelegateBlob.from_bytes(data).tosa is None:
+            raise CliError(f"{args.pte}: delegates carry no TOSA graph; compile with --embed-tosa "
+                           "to verify on the host (no NPU here)")
     ns = argparse.Namespace(**ca)
     ns.seed = ca["seed"]
     loaded = load_model(ca["model"], ca["seed"])
@@ -181,8 +190,6 @@ def cmd_verify(args) -> int:
         inputs = [tuple(torch.randn(e.shape, generator=g) for e in loaded.example_inputs) for _ in range(args.n)]
     from .runtime import run_pte
 
-    with open(args.pte, "rb") as f:
-        pte = f.read()
     worst: Dict[int, float] = {}
     agree = 0
     for batch in inputs:

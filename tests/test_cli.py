@@ -73,6 +73,21 @@ def test_report_html_renders_in_headless_chromium(compiled, capsys, tmp_path):
     assert png.stat().st_size > 5000  # a real rendered page, not a blank error
 
 
+def test_verify_runs_the_pte_on_the_host_runtime(tmp_path, capsys):
+    pte = str(tmp_path / "v.pte")
+    assert main(["compile", f"{FACTORY}:make", "-o", pte, "--embed-tosa", "--calibration", "2",
+                 "--input-dtype", "int8", "--output-dtype", "int8"]) == 0
+    capsys.readouterr()
+    code, out, err = run(["verify", pte, "-n", "2"], capsys)
+    assert code == 0, err
+    assert "output 0: max |pte - eager quantized|" in out and "top-1 agreement: " in out
+
+
+def test_verify_needs_embedded_tosa(compiled, capsys):
+    code, _, err = run(["verify", compiled], capsys)
+    assert code != 0 and "--embed-tosa" in err
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["compile", "timm:no_such_model_xyz"], "no such timm model"),
     (["compile", "tests/data/tiny_factory.py:make", "--target", "ethos-u99-1"], "valid targets"),
