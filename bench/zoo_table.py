@@ -1,0 +1,122 @@
+"""Compile the model zoo for each target and write docs/zoo.md (and docs/zoo.json).
+
+    python bench/zoo_table.py                      # all models, u55-128 and u85-256
+    python bench/zoo_table.py --models timm:resnet18 --targets ethos-u85-256
+
+Per model and target: partitions, NPU op share, Vela NPU cycles, SRAM, .pte size, compile
+seconds, float boundary tensors and numerics (worst delegate, TOSA reference model vs the eager
+quantized model, in LSB). A failure is a row that says why; no model is dropped. Each compile
+runs in a child process so a compiler crash is recorded, not fatal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import time
+import traceback
+
+ZOO = ["timm:mobilenetv2_100", "timm:resnet18", "timm:convnext_atto", "timm:deit_tiny_patch16_224",
+       "timm:mobilevit_s", "timm:swin_tiny_patch4_window7_224", "torchvision:mobilenet_v3_small"]
+TARGETS = ["ethos-u55-128", "ethos-u85-256"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def compile_one(model_spec: str, target: str) -> dict:
+    import torch
+
+    from ethosu_ng import EthosUNGCompileSpec, report
+    from ethosu_ng.boundary import float_boundary_tensors
+    from ethosu_ng.export import lower, quantize
+    from ethosu_ng.model_source import load_model
+    from ethosu_ng.tosa_reference import check_delegates
+
+    t0 = time.time()
+    m = load_model(model_spec)
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    g = torch.Generator().manual_seed(1)
+    calib = [tuple(torch.randn(t.shape, generator=g) for t in m.example_inputs) for _ in range(2)]
+    q = quantize(m.model, m.example_inputs, spec, calibration=calib)
+    edge, part = lower(q, m.example_inputs, spec)
+    compile_s = time.time() - t0
+    rep = report.build_report(edge, part, b"", spec, model_spec)
+    floats = len(float_boundary_tensors(edge.exported_program()))
+    numerics = check_delegates(edge, m.example_inputs)
+    worst = max((r.worst for r in numerics), default=0)
+    exact = sum(r.worst <= 1 for r in numerics)
+    pte = edge.to_executorch().buffer
+    t = rep["totals"]
+    return {"model": model_spec, "target": target, "ok": True, "partitions": t["partitions"],
+            "npu_op_share": t["npu_op_share"], "npu_cycles": t["npu_cycles"],
+            "sram_kib": t["sram_kib_max"], "pte_bytes": len(pte), "compile_s": round(compile_s, 1),
+            "float_boundary": floats, "worst_lsb": worst, "delegates_within_1lsb": exact,
+            "cpu_ops": sorted({c["op"] for c in rep["cpu_ops"]})}
+
+
+def _child(model_spec, target, queue):
+    try:
+        queue.put(compile_one(model_spec, target))
+    except BaseException as e:
+        last = traceback.format_exc().strip().splitlines()[-1]
+        queue.put({"model": model_spec, "target": target, "ok": False, "why": last[:300]})
+
+
+def run(model_spec, target, timeout):
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child, args=(model_spec, target, q))
+    t0 = time.time()
+    p.start()
+    p.join(timeout)
+    if p.is_alive():
+        p.kill()
+        return {"model": model_spec, "target": target, "ok": False, "why": f"timed out after {timeout} s"}
+    if not q.empty():
+        return q.get()
+    return {"model": model_spec, "target": target, "ok": False,
+            "why": f"process died (exit {p.exitcode}) after {time.time() - t0:.0f} s"}
+
+
+def markdown(rows) -> str:
+    out = ["| model | target | partitions | NPU op share | Vela NPU cycles | SRAM KiB | .pte bytes | "
+           "compile s | float boundary tensors | numerics (worst delegate, delegates within 1 LSB) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if not r["ok"]:
+            out.append(f"| {r['model']} | {r['target']} | failed: {r['why']} |" + " |" * 7)
+            continue
+        cyc = f"{r['npu_cycles']:,.0f}" if r["npu_cycles"] else "-"
+        out.append(f"| {r['model']} | {r['target']} | {r['partitions']} | {100 * r['npu_op_share']:.1f}% | "
+                   f"{cyc} | {r['sram_kib']:,.1f} | {r['pte_bytes']:,} | {r['compile_s']} | "
+                   f"{r['float_boundary']} | {r['worst_lsb']} LSB, {r['delegates_within_1lsb']}/{r['partitions']} |")
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="*", default=ZOO)
+    ap.add_argument("--targets", nargs="*", default=TARGETS)
+    ap.add_argument("--timeout", type=int, default=2400)
+    ap.add_argument("--out", default=os.path.join(HERE, "..", "docs", "zoo.md"))
+    args = ap.parse_args()
+    json_path = os.path.splitext(args.out)[0] + ".json"
+    rows = json.load(open(json_path)) if os.path.exists(json_path) else []
+    for model in args.models:
+        for target in args.targets:
+            r = run(model, target, args.timeout)
+            print(json.dumps(r), flush=True)
+            rows = [x for x in rows if not (x["model"] == model and x["target"] == target)] + [r]
+            json.dump(rows, open(json_path, "w"), indent=1)
+            with open(args.out, "w") as f:
+                f.write("# Model zoo\n\nGenerated by `python bench/zoo_table.py` "
+                        f"({platform.machine()}, {os.cpu_count()} cores, random weights, 2 random "
+                        "calibration batches; numerics: each delegate's TOSA graph on the TOSA "
+                        "reference model vs the eager quantized model on the same inputs).\n\n")
+                f.write(markdown(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()
