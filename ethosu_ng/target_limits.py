@@ -17,6 +17,26 @@ from .compile_spec import EthosUNGCompileSpec
 from .op_names import op_name
 
 _SLICING = {"aten.select_copy.int", "aten.slice_copy.Tensor"}
+_VIEWS = {"aten.view_copy.default", "aten.squeeze_copy.dims", "aten.unsqueeze_copy.default",
+          "aten.permute_copy.default", "aten.clone.default", "dim_order_ops._clone_dim_order.default",
+          "quantized_decomposed.dequantize_per_tensor.default"}
+_ELEMENTWISE = {"aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor"}
+
+
+def _feeds_elementwise(node: Node, depth: int = 8) -> bool:
+    """Whether the value reaches an add/sub/mul directly or through views (and dequantize)."""
+    frontier = [node]
+    for _ in range(depth):
+        nxt = []
+        for n in frontier:
+            for u in n.users:
+                name = op_name(u.target) if u.op == "call_function" else ""
+                if name in _ELEMENTWISE:
+                    return True
+                if name in _VIEWS:
+                    nxt.append(u)
+        frontier = nxt
+    return False
 
 
 class TargetLimits(OperatorSupportBase):
@@ -37,9 +57,10 @@ class TargetLimits(OperatorSupportBase):
         if self.spec.is_u55_subset and name in _SLICING and node.args:
             src = node.args[0]
             val = src.meta.get("val") if isinstance(src, Node) else None
-            if isinstance(val, torch.Tensor) and val.dim() >= 5:
-                # Measured: attention q/k/v = permute(reshape(qkv), 5-D)[i] -> add/mul/matmul
-                # makes Vela 5.1.0 SIGSEGV for ethos-u55-128 (swin, shifted-window blocks).
+            if isinstance(val, torch.Tensor) and val.dim() >= 5 and _feeds_elementwise(node):
+                # Measured: q = permute(reshape(qkv), 5-D)[0] -> mul (or add) makes Vela 5.1.0
+                # SIGSEGV for ethos-u55-128 (swin, shifted-window blocks); the same select
+                # feeding a matmul or leaving the partition compiles fine.
                 return (f"{self.spec.family}: slicing a rank-{val.dim()} tensor crashes Vela 5.1.0; "
                         "kept on CPU (int8 data movement)")
         return None
