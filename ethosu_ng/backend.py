@@ -125,7 +125,19 @@ def _nhwc_exits(program: ExportedProgram) -> Set[int]:
     return changed
 
 
+def _drop_provenance(program: ExportedProgram) -> None:
+    """Forget torch.fx's ``from_node`` provenance on this private copy of the partition.
+
+    Every one of upstream's ~150 TOSA passes deep-copies each touched node's provenance chain,
+    which grows with every pass: measured 12 s of a 72 s mobilenetv2 lowering in ``deepcopy``.
+    The chain is debugging metadata only; the parent program keeps its own.
+    """
+    for n in program.graph_module.graph.nodes:
+        n.meta.pop("from_node", None)
+
+
 def _lower_and_compile(program: ExportedProgram, spec: EthosUNGCompileSpec, name: str):
+    _drop_provenance(program)
     with upstream.lowering_context(spec, program):
         tosa = upstream.lower_to_tosa(program, spec)
     t0 = time.time()
