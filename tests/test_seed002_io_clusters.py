@@ -98,3 +98,23 @@ def test_state_buffer_is_int8_and_streams_like_the_quantized_model():
         got = run_program_on_tosa(lowered, (ioq.inputs[0].quantize(xf),))[0]
         want = ioq.outputs[0].quantize(q(xf))
         assert (got.int() - want.int()).abs().max() <= 1, f"step {k}"
+
+
+def test_state_buffer_initial_value_survives_serialization():
+    """The int8 state's initial value (quantized zeros = the zero point, not byte 0) is in the .pte:
+    the first step on the C++ host runtime equals the eager quantized model's first step."""
+    from ethosu_ng.runtime import run_pte
+
+    shapes = [(1, 8, 4)]
+    spec = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True)
+    calib = [batch(shapes, k) for k in range(4)]
+    q = quantize(StreamingState().eval(), calib[0], spec, calibration=calib,
+                 input_dtype=torch.uint8, output_dtype=torch.int8)
+    q.state.zero_()
+    edge, _ = lower(q, calib[0], spec)
+    ioq = io_quantization(edge)
+    pte = edge.to_executorch().buffer
+    (xf,) = batch(shapes, 30)
+    got = run_pte(pte, [ioq.inputs[0].quantize(xf)])[0]
+    want = ioq.outputs[0].quantize(q(xf))
+    assert (got.int() - want.int()).abs().max() <= 1

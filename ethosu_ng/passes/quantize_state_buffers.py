@@ -51,6 +51,9 @@ class QuantizeStateBuffersPass:
             readers = [u for u in state.users if u is not copy]
             state.meta["val"] = as_dtype(val, dtype)
             state.meta.pop("tensor_meta", None)
+            # ExecuTorch serializes no initial value for a mutated buffer unless asked; a zeroed
+            # int8 buffer is not "zero" once it has a zero point, so ask.
+            state.meta["et_init_buffer"] = True
             with graph.inserting_after(state):
                 dq = graph.call_function(DQ_PER_TENSOR, (state, *qp))
             dq.meta = {"val": val}
