@@ -57,10 +57,14 @@ class TargetLimits(OperatorSupportBase):
         if self.spec.is_u55_subset and name in _SLICING and node.args:
             src = node.args[0]
             val = src.meta.get("val") if isinstance(src, Node) else None
-            if isinstance(val, torch.Tensor) and val.dim() >= 5 and _feeds_elementwise(node):
+            out = node.meta.get("val")
+            batch_dims = [d for d in (out.shape[:-2] if isinstance(out, torch.Tensor) else ()) if d != 1]
+            if (isinstance(val, torch.Tensor) and val.dim() >= 5 and len(batch_dims) >= 2
+                    and _feeds_elementwise(node)):
                 # Measured: q = permute(reshape(qkv), 5-D)[0] -> mul (or add) makes Vela 5.1.0
-                # SIGSEGV for ethos-u55-128 (swin, shifted-window blocks); the same select
-                # feeding a matmul or leaving the partition compiles fine.
+                # SIGSEGV for ethos-u55-128 when q keeps two non-unit leading dims (windows x
+                # heads: swin's shifted-window blocks); with one (deit: 1 x heads) it compiles,
+                # as does the same select feeding a matmul.
                 return (f"{self.spec.family}: slicing a rank-{val.dim()} tensor crashes Vela 5.1.0; "
                         "kept on CPU (int8 data movement)")
         return None
