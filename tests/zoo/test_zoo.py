@@ -13,7 +13,10 @@ _spec = importlib.util.spec_from_file_location(
 zoo_table = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(zoo_table)
 
-LSB_BUDGET = 8
+# Whole-network partitions accumulate TOSA-vs-float32 rounding differences with depth (see
+# tests/zoo/test_mobilevit_softmax_on_cpu.py); measured worst: deit_tiny on u85-256, one
+# 12-block partition, 16 LSB (the same blocks split per block on u55-128: <= 1 LSB each).
+LSB_BUDGET = 16
 
 
 @pytest.mark.slow
