@@ -177,6 +177,15 @@ void copy_2d(T* d, const T* s, const Dim& outer, const Dim& inner) {
   }
 }
 
+// An N-byte element with alignment 1, for buffers not aligned to their element
+// size (the blob format does not require an IO tensor's scratch offset to be a
+// multiple of its element size): typed uint16_t/uint32_t access there is UB
+// and can fault on the device.
+template <size_t N>
+struct Unaligned {
+  uint8_t b[N];
+};
+
 template <typename T>
 void copy_nd(T* dst, const T* src, const Dim* dims, int n) {
   // dims[0] outermost. n >= 2 here (callers pad with a size-1 dim).
@@ -223,11 +232,20 @@ bool dense_strides(
     }
     seen[dim_order[i]] = true;
   }
+  // With a zero-size dim there is nothing to stride over, and the other dims
+  // may be huge (an IO entry [0, 97792, 32865, 44639, ...] is valid): their
+  // product would overflow int64, so it is not formed.
+  bool empty = false;
+  for (int i = 0; i < rank; ++i) {
+    empty = empty || sizes[i] == 0;
+  }
   int64_t stride = 1;
   for (int i = rank - 1; i >= 0; --i) {
     const int d = dim_order[i];
     strides[d] = stride;
-    stride *= sizes[d] > 0 ? sizes[d] : 1;
+    if (!empty) {
+      stride *= sizes[d] > 0 ? sizes[d] : 1;
+    }
   }
   return true;
 }
@@ -315,6 +333,25 @@ Error strided_copy(
     dims[1] = dims[0];
     dims[0] = Dim{1, 0, 0};
     n = 2;
+  }
+  const bool aligned =
+      ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) %
+       elem_size) == 0;
+  if (!aligned) {
+    if (elem_size == 2) {
+      copy_nd(
+          static_cast<Unaligned<2>*>(dst),
+          static_cast<const Unaligned<2>*>(src),
+          dims,
+          n);
+    } else {
+      copy_nd(
+          static_cast<Unaligned<4>*>(dst),
+          static_cast<const Unaligned<4>*>(src),
+          dims,
+          n);
+    }
+    return Error::Ok;
   }
   switch (elem_size) {
     case 1:
