@@ -201,6 +201,33 @@ void test_edges() {
   const uint8_t oob_order[2] = {0, 2};
   CHECK(ethosu_ng::copy_to_dim_order(a, oob_order, b, strides, sz2, 2, 1) == Error::InvalidArgument);
   CHECK(ethosu_ng::strided_copy(nullptr, strides, b, strides, sz2, 2, 1) == Error::InvalidArgument);
+  // Regressions from fuzzing. (1) IO at a scratch offset that is not a multiple of the element
+  // size is legal in blob v1: int16/int32 copies must not do misaligned loads/stores (UBSan
+  // flags them; they fault on some cores).
+  for (size_t elem : {size_t{2}, size_t{4}}) {
+    alignas(16) uint8_t src_buf[1 + 2 * 3 * 4 * 4] = {};
+    alignas(16) uint8_t dst_buf[1 + 2 * 3 * 4 * 4] = {};
+    for (size_t k = 0; k < sizeof(src_buf); ++k) src_buf[k] = static_cast<uint8_t>(k * 7 + 1);
+    const int64_t sz[3] = {2, 3, 4};
+    const int64_t src_st[3] = {12, 4, 1};      // contiguous
+    const int64_t dst_st[3] = {1, 8, 2};       // a permutation: dims (1, 2, 0)
+    CHECK(ethosu_ng::strided_copy(dst_buf + 1, dst_st, src_buf + 1, src_st, sz, 3, elem) == Error::Ok);
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 3; ++j)
+        for (int64_t l = 0; l < 4; ++l) {
+          const size_t so = 1 + static_cast<size_t>(i * 12 + j * 4 + l) * elem;
+          const size_t d = 1 + static_cast<size_t>(i * 1 + j * 8 + l * 2) * elem;
+          CHECK(std::memcmp(dst_buf + d, src_buf + so, elem) == 0);
+        }
+  }
+  // (2) A zero-size dim next to huge ones: no stride overflow, nothing copied.
+  {
+    const int64_t sz[4] = {0, 97792, 32865, 44639};
+    const uint8_t order[4] = {0, 1, 2, 3};
+    int64_t strides_out[4];
+    CHECK(ethosu_ng::dense_strides(4, sz, order, strides_out));
+    CHECK(ethosu_ng::copy_to_dim_order(a, order, b, strides, sz, 4, 1) == Error::Ok);
+  }
   // dense_strides.
   int64_t st[4];
   const int64_t s4[4] = {1, 3, 5, 7};
