@@ -47,13 +47,10 @@ def load(spec: str):
     return m.model, m.example_inputs, []
 
 
-def _compute(name: str) -> bool:
-    return not (name.startswith("quantized_decomposed.") or name in ("getitem", "alloc"))
-
-
 def measure(edge, t_lower: float, vela_summaries):
     from ethosu_ng.boundary import float_boundary_tensors
     from ethosu_ng.op_names import op_name
+    from ethosu_ng.report import is_compute
 
     program = edge.exported_program()
     gm = program.graph_module
@@ -66,8 +63,8 @@ def measure(edge, t_lower: float, vela_summaries):
             partitions += 1
             lm = getattr(gm, n.args[0].target)
             delegated += sum(1 for m in lm.original_module.graph.nodes
-                             if m.op == "call_function" and _compute(op_name(m.target)))
-        elif _compute(op_name(n.target)):
+                             if m.op == "call_function" and is_compute(op_name(m.target)))
+        elif is_compute(op_name(n.target)):
             cpu.append(op_name(n.target).replace("aten.", "").replace(".default", ""))
     cycles = sum(float(s.get("cycles_npu", 0) or 0) for s in vela_summaries)
     sram = sum(float(s.get("sram_memory_used", 0) or 0) for s in vela_summaries)

@@ -8,7 +8,7 @@ in docs/blob-format.md; every multi-byte field is little-endian and every sectio
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from .tensor_spec import CODE_DTYPES, DTYPE_CODES, MAX_RANK, TensorSpec, element_size
@@ -45,7 +45,6 @@ class DelegateBlob:
     scratch_size: int
     fast_scratch_size: int = 0
     tosa: Optional[bytes] = None
-    sections: Dict[str, bytes] = field(default_factory=dict, repr=False)
 
     # ---------------------------------------------------------------- writing
     def to_bytes(self) -> bytes:
@@ -125,7 +124,7 @@ class DelegateBlob:
             inputs=specs[:n_in], outputs=specs[n_in:],
             command_stream=sections["command_stream"], weights=sections["weights"],
             scratch_size=scratch, fast_scratch_size=fast_scratch,
-            tosa=sections.get("tosa"), sections=sections,
+            tosa=sections.get("tosa"),
         )
 
 

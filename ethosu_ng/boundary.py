@@ -63,7 +63,7 @@ class PartitionIO:
 def partition_io(nodes: Set[Node], constants: Set[str]) -> PartitionIO:
     inputs: Dict[Node, None] = {}
     outputs: Dict[Node, None] = {}
-    for n in sorted(nodes, key=_order):
+    for n in sorted(nodes, key=node_order):
         for i in n.all_input_nodes:
             if i not in nodes and not _is_constant(i, constants):
                 inputs[i] = None
@@ -72,8 +72,8 @@ def partition_io(nodes: Set[Node], constants: Set[str]) -> PartitionIO:
     return PartitionIO(list(inputs), list(outputs))
 
 
-def _order(n: Node) -> int:
-    # fx nodes in one graph are totally ordered; use it for deterministic reports.
+def node_order(n: Node) -> int:
+    """Position of ``n`` in its graph (cached per graph): deterministic orders for reports."""
     graph = n.graph
     if not hasattr(graph, "_ethosu_ng_order"):
         graph._ethosu_ng_order = {m: k for k, m in enumerate(graph.nodes)}
@@ -110,7 +110,7 @@ class BoundaryContract:
         changed = True
         while changed:
             changed = False
-            for n in sorted(part, key=_order):
+            for n in sorted(part, key=node_order):
                 reason = self.why_excluded(n, part)
                 if reason is not None:
                     part.discard(n)

@@ -173,7 +173,6 @@ def cmd_verify(args) -> int:
             raise CliError(f"{args.pte}: delegates carry no TOSA graph; compile with --embed-tosa "
                            "to verify on the host (no NPU here)")
     ns = argparse.Namespace(**ca)
-    ns.seed = ca["seed"]
     loaded = load_model(ca["model"], ca["seed"])
     spec = EthosUNGCompileSpec(ca["target"])
     quantized = quantize(loaded.model, loaded.example_inputs, spec, _calibration(ns, loaded.example_inputs),
@@ -198,7 +197,7 @@ def cmd_verify(args) -> int:
         want = quantized(*batch)
         want = list(want) if isinstance(want, (list, tuple)) else [want]
         for k, (g_, w, io) in enumerate(zip(got, want, ioq.outputs)):
-            scale = io.scale if io.scale is not None else _output_scale(rep, k)
+            scale = io.grid_scale
             gf = io.dequantize(g_) if io.scale is not None else g_.float()
             lsb = float((gf - w).abs().max() / scale) if scale else float((gf - w).abs().max())
             worst[k] = max(worst.get(k, 0.0), lsb)
@@ -209,13 +208,6 @@ def cmd_verify(args) -> int:
     if want[0].dim() == 2 and want[0].shape[-1] > 1:
         print(f"top-1 agreement: {agree}/{len(inputs)}")
     return 0 if all(v <= args.lsb_budget for v in worst.values()) else EXIT_FAILED
-
-
-def _output_scale(rep, k) -> Optional[float]:
-    try:
-        return rep["delegates"][-1]["outputs"][k]["scale"]
-    except (IndexError, KeyError, TypeError):
-        return None
 
 
 def build_parser() -> argparse.ArgumentParser:

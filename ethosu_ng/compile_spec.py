@@ -80,7 +80,8 @@ class EthosUNGCompileSpec:
                 raise TypeError(f"{name} must be a str")
         if not isinstance(self.embed_tosa, bool):
             raise TypeError("embed_tosa must be a bool")
-        if not isinstance(self.vela_timeout_s, (int, float)) or self.vela_timeout_s <= 0:
+        if (isinstance(self.vela_timeout_s, bool) or not isinstance(self.vela_timeout_s, (int, float))
+                or not self.vela_timeout_s > 0):
             raise ValueError("vela_timeout_s must be a positive number of seconds")
 
     @property

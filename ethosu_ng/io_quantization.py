@@ -23,6 +23,9 @@ class ProgramIO:
     shape: Tuple[int, ...]
     scale: Optional[float]       # None for float IO (quantization happens inside the program)
     zero_point: Optional[int]
+    # Step of the quantization grid the values lie on: ``scale`` for integer IO; for a float
+    # output, the scale of the dequantize that produces it. 1 LSB when comparing outputs.
+    grid_scale: Optional[float] = None
 
     def quantize(self, x: torch.Tensor) -> torch.Tensor:
         """Float tensor -> what this input expects (identity for float IO)."""
@@ -81,7 +84,7 @@ def io_quantization(program) -> IOQuantization:
         if n.op == "placeholder" and n.name in user_inputs:
             v = n.meta["val"]
             scale, zp = (None, None) if v.dtype.is_floating_point else _input_qparams(gm, n)
-            ins.append(ProgramIO(n.name, v.dtype, tuple(v.shape), scale, zp))
+            ins.append(ProgramIO(n.name, v.dtype, tuple(v.shape), scale, zp, scale))
     outs = []
     # Output specs and the output node's arguments correspond by position.
     for spec, y in zip(sig.output_specs, gm.graph.output_node().args[0]):
@@ -90,5 +93,8 @@ def io_quantization(program) -> IOQuantization:
         name = y.name
         v = y.meta["val"]
         scale, zp = (None, None) if v.dtype.is_floating_point else _output_qparams(gm, y)
-        outs.append(ProgramIO(name, v.dtype, tuple(v.shape), scale, zp))
+        grid = scale
+        if scale is None and y.op == "call_function" and "dequantize_per_tensor" in str(y.target):
+            grid = float(y.args[1])
+        outs.append(ProgramIO(name, v.dtype, tuple(v.shape), scale, zp, grid))
     return IOQuantization(ins, outs)

@@ -26,7 +26,7 @@ from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, Par
 from executorch.exir.backend.utils import tag_constant_data
 
 from . import upstream
-from .boundary import BoundaryContract, PartitionIO
+from .boundary import BoundaryContract, PartitionIO, node_order
 from .compile_spec import EthosUNGCompileSpec
 from .delegate_io import QPARAMS_META, integer_tensor_qparams
 from .op_names import op_name, resolve_op_names
@@ -176,7 +176,7 @@ class EthosUNGPartitioner(Partitioner):
         for n in graph.nodes:
             n.meta.pop("delegation_tag", None)
         parts = [p for p in parts if p]
-        for k, part in enumerate(sorted(parts, key=lambda p: min(_pos(graph, n) for n in p))):
+        for k, part in enumerate(sorted(parts, key=lambda p: min(node_order(n) for n in p))):
             tag = f"ethosu_ng_{k}"
             for n in part:
                 n.meta["delegation_tag"] = tag
@@ -209,8 +209,3 @@ class EthosUNGPartitioner(Partitioner):
             partition_tags={tag: self.delegation_spec for tag in report.partitions},
         )
 
-
-def _pos(graph, node: Node) -> int:
-    if not hasattr(graph, "_ethosu_ng_pos"):
-        graph._ethosu_ng_pos = {n: k for k, n in enumerate(graph.nodes)}
-    return graph._ethosu_ng_pos[node]

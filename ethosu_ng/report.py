@@ -22,7 +22,8 @@ CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
 _NOT_COMPUTE = ("quantized_decomposed.", "getitem")
 
 
-def _is_compute(name: str) -> bool:
+def is_compute(name: str) -> bool:
+    """Counted as an op in reports: not a quantize/dequantize or a getitem."""
     return not name.startswith(_NOT_COMPUTE)
 
 
@@ -66,8 +67,8 @@ def build_report(edge, partitioner, pte: bytes, spec, model: str = "", stages=No
         ops = [op_name(m.target) for m in lowered.original_module.graph.nodes if m.op == "call_function"]
         delegates.append({
             "name": n.args[0].target,
-            "ops": sorted(set(o for o in ops if _is_compute(o))),
-            "n_compute_ops": sum(1 for o in ops if _is_compute(o)),
+            "ops": sorted(set(o for o in ops if is_compute(o))),
+            "n_compute_ops": sum(1 for o in ops if is_compute(o)),
             "inputs": [spec_dict(s) for s in blob.inputs],
             "outputs": [spec_dict(s) for s in blob.outputs],
             "blob_bytes": len(lowered.processed_bytes),
@@ -81,7 +82,7 @@ def build_report(edge, partitioner, pte: bytes, spec, model: str = "", stages=No
     for n in gm.graph.nodes:
         if n.op == "call_function" and n.target is not CALL_DELEGATE:
             name = op_name(n.target)
-            if _is_compute(name):
+            if is_compute(name):
                 cpu.append({"node": n.name, "op": name,
                             "reason": rep.cpu_reasons.get(n.name, "not supported on the NPU")})
     npu_ops = sum(d["n_compute_ops"] for d in delegates)

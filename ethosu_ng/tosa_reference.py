@@ -55,11 +55,6 @@ def run_tosa(flatbuffer: bytes, inputs: Sequence[torch.Tensor]) -> List[np.ndarr
     return outs
 
 
-def delegate_blob(program, lowered_name: str) -> DelegateBlob:
-    lm = getattr(program.graph_module, lowered_name)
-    return DelegateBlob.from_bytes(lm.processed_bytes)
-
-
 class _DelegateChecker(Interpreter):
     def __init__(self, gm, continue_with: str):
         super().__init__(gm)

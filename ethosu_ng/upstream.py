@@ -28,8 +28,6 @@ from torch._export.utils import _get_shape_env_from_gm
 
 from .compile_spec import EthosUNGCompileSpec
 
-UPSTREAM_VERSION = "1.5.1"
-
 __all__ = [
     "DQ_OPS",
     "Q_OPS",
@@ -37,7 +35,6 @@ __all__ = [
     "get_symmetric_quantization_config",
     "get_uint8_io_quantization_config",
     "upstream_compile_spec",
-    "upstream_quantizer",
     "lowering_context",
     "operator_support",
     "ops_to_not_decompose",
@@ -60,10 +57,6 @@ def io_node_finders():
     from executorch.backends.cortex_m.quantizer.node_finders import InputNodeFinder, OutputNodeFinder
 
     return InputNodeFinder(), OutputNodeFinder()
-
-
-def upstream_quantizer(spec: EthosUNGCompileSpec) -> EthosUQuantizer:
-    return EthosUQuantizer(upstream_compile_spec(spec))
 
 
 def _upstream_partitioner(spec: EthosUNGCompileSpec, additional_checks=None) -> EthosUPartitioner:
