@@ -32,17 +32,7 @@ from .delegate_io import QPARAMS_META, integer_tensor_qparams
 from .op_names import op_name, resolve_op_names
 from .target_limits import TargetLimits
 from .passes.qdq_nodes import rename_outputs
-from .passes import (
-    RequantizeNonFuseableActivationPass,
-    SignedInteriorPass,
-    UnifyConcatQParamsPass,
-    CommuteQDQThroughPassThroughPass,
-    FoldQuantizedConstantsPass,
-    IntegerProgramIOPass,
-    LowerRollPass,
-    MarkQuantizedIslandsPass,
-    QuantizeStateBuffersPass,
-)
+from .passes import PRE_PARTITION_PASSES
 
 logger = logging.getLogger(__name__)
 
@@ -68,21 +58,6 @@ class PartitionReport:
     cpu_reasons: Dict[str, str] = field(default_factory=dict)        # node name -> reason
     cpu_targets: Dict[str, str] = field(default_factory=dict)        # node name -> op name
     io: Dict[str, PartitionIO] = field(default_factory=dict, repr=False)
-
-
-# Order matters: IO re-typing first, then constant folding (sees the final qparams), then the
-# rewrites that make upstream's lowering exact, and the Q/DQ commute last (it needs final qparams).
-PRE_PARTITION_PASSES = (
-    LowerRollPass,
-    QuantizeStateBuffersPass,
-    SignedInteriorPass,
-    IntegerProgramIOPass,
-    FoldQuantizedConstantsPass,
-    RequantizeNonFuseableActivationPass,
-    UnifyConcatQParamsPass,
-    MarkQuantizedIslandsPass,
-    CommuteQDQThroughPassThroughPass,
-)
 
 
 class _PinnedToCpu(OperatorSupportBase):

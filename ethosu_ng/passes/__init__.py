@@ -14,7 +14,22 @@ from .requantize_non_fuseable_activation import RequantizeNonFuseableActivationP
 from .signed_interior import SignedInteriorPass
 from .unify_concat_qparams import UnifyConcatQParamsPass
 
+# Order matters: IO re-typing first, then constant folding (sees the final qparams), then the
+# rewrites that make upstream's lowering exact, and the Q/DQ commute last (it needs final qparams).
+PRE_PARTITION_PASSES = (
+    LowerRollPass,
+    QuantizeStateBuffersPass,
+    SignedInteriorPass,
+    IntegerProgramIOPass,
+    FoldQuantizedConstantsPass,
+    RequantizeNonFuseableActivationPass,
+    UnifyConcatQParamsPass,
+    MarkQuantizedIslandsPass,
+    CommuteQDQThroughPassThroughPass,
+)
+
 __all__ = [
+    "PRE_PARTITION_PASSES",
     "CommuteQDQThroughPassThroughPass",
     "FoldQuantizedConstantsPass",
     "IntegerProgramIOError",
