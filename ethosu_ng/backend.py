@@ -1,149 +1,49 @@
-"""EthosUNGBackend: preprocess one partition into a typed DelegateBlob.
+"""EthosUNGBackend: ExecuTorch's entry point for turning partitions into DelegateBlobs.
 
-Stages: declared IO (delegate_io) -> TOSA (upstream lowering via the adapter) -> Vela (child
-process) -> cross-check declared == TOSA == Vela IO -> DelegateBlob v1. Any disagreement is a
-``BoundaryContractError`` at export time, naming the partition, the IO index and both types.
+The stages live in ``partition_compiler``. Usually the partitioner has compiled every partition
+already (it must, to fall back to the CPU when Vela fails), and ``preprocess`` only takes the
+result by fingerprint; otherwise (a program tagged by someone else, or a fingerprint miss) it
+compiles here, all partitions of a program together so Vela runs in parallel workers.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
-import math
-import time
-from typing import List, Set, final
-
-import torch
+from typing import Dict, List, final
 
 from torch.export import ExportedProgram
 
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 
-from . import upstream
-from .blob import DelegateBlob
-from .boundary import BoundaryContractError
 from .compile_spec import EthosUNGCompileSpec
-from .delegate_io import DelegateIOSpec, declared_io
-from .tensor_spec import TensorSpec
-from .tosa_graph import TOSA_ELEM_SIZE, TosaTensorInfo, tosa_io
-from .vela_compiler import VelaResult, VelaTensor, compile_tosa
-from tosa.DType import DType
+from .partition_compiler import COMPILED, CompiledPartition, compile_partitions, partition_name
+from .partition_program import fingerprint
 
 logger = logging.getLogger(__name__)
 
-_TOSA_DTYPE_FOR = {1: DType.INT8, 2: DType.INT16, 4: DType.INT32}  # by element size
+
+def _result(c: CompiledPartition) -> PreprocessResult:
+    return PreprocessResult(processed_bytes=c.blob, _delegate_info_meta=c.io)
 
 
-def _partition_name(program: ExportedProgram) -> str:
-    for n in program.graph_module.graph.nodes:
-        tag = n.meta.get("delegation_tag")
-        if tag:
-            return tag
-    return "delegate"
-
-
-def check_io(name: str, declared: DelegateIOSpec, tosa_ins: List[TosaTensorInfo],
-             tosa_outs: List[TosaTensorInfo], vela: VelaResult,
-             nhwc_outputs: Set[int] = frozenset()) -> DelegateIOSpec:
-    """declared == TOSA == Vela for every input and output; return specs placed by Vela.
-
-    ``nhwc_outputs``: output indices deliberately emitted channels-last by the NPU."""
-    placed = {}
-    for kind, decl, names, tosa, vel in (
-        ("input", declared.inputs, declared.input_names, tosa_ins, vela.inputs),
-        ("output", declared.outputs, declared.output_names, tosa_outs, vela.outputs),
-    ):
-        if not (len(decl) == len(tosa) == len(vel)):
-            raise BoundaryContractError(
-                f"{name}: {kind} count disagrees: declared {len(decl)} {names}, TOSA {len(tosa)} "
-                f"{[t.name for t in tosa]} {[list(t.shape) for t in tosa]}, Vela {len(vel)} "
-                f"{[list(v.shape) for v in vel]}")
-        out = []
-        for k, (d, t, v) in enumerate(zip(decl, tosa, vel)):
-            where = f"{name} {kind} {k} ({names[k] if k < len(names) else '?'})"
-            want_tosa = _TOSA_DTYPE_FOR.get(d.elem_size)
-            if t.dtype != want_tosa:
-                raise BoundaryContractError(
-                    f"{where}: declared {d.dtype} but the TOSA graph {kind} is {t.dtype_name}")
-            if v.elem_size != d.elem_size:
-                raise BoundaryContractError(
-                    f"{where}: declared {d.dtype} ({d.elem_size} B/element) but Vela "
-                    f"{'reads' if kind == 'input' else 'writes'} {v.elem_size} B/element")
-            if math.prod(t.shape) != d.numel or v.numel != d.numel:
-                raise BoundaryContractError(
-                    f"{where}: declared shape {list(d.shape)} but TOSA has {list(t.shape)} and "
-                    f"Vela {list(v.shape)}")
-            want_nhwc = kind == "output" and k in nhwc_outputs
-            order = _npu_dim_order(d, t, want_nhwc)
-            if order is None:
-                raise BoundaryContractError(
-                    f"{where}: TOSA shape {list(t.shape)} is no layout of declared shape {list(d.shape)}")
-            out.append(TensorSpec(d.dtype, d.shape, order, d.scale, d.zero_point, v.region, v.offset))
-        placed[kind] = out
-    return DelegateIOSpec(placed["input"], placed["output"], declared.input_names,
-                          declared.output_names, vela.summary)
-
-
-CHANNELS_LAST = (0, 2, 3, 1)
-
-
-def _npu_dim_order(d: TensorSpec, t: TosaTensorInfo, want_nhwc: bool = False):
-    """The memory order of the NPU buffer, from the TOSA tensor's shape."""
-    contiguous = tuple(range(len(d.shape)))
-    shape = tuple(t.shape)
-    if want_nhwc and len(d.shape) == 4 and shape == tuple(d.shape[i] for i in CHANNELS_LAST):
-        return CHANNELS_LAST
-    if shape == d.shape:
-        return contiguous
-    if shape == tuple(d.shape[i] for i in d.dim_order):
-        return d.dim_order
-    if len(shape) != len(d.shape):
-        return contiguous  # rank-changing reshape at the boundary: element order is row-major
-    return None
-
-
-def _nhwc_exits(program: ExportedProgram) -> Set[int]:
-    """Make every rank-4 output that is also consumed inside the partition channels-last.
-
-    Vela 5.1.0 drops such an output when upstream's layout pass routes the internal consumer
-    through the output's NCHW transpose and straight back (Vela cancels the pair and loses the
-    output; measured: TOSA 2 outputs, Vela 1). Emitting the output in NHWC removes the pair; the
-    runtime's layout copy turns it into the ExecuTorch tensor's dim order.
-    """
-    changed: Set[int] = set()
-    for k, a in enumerate(program.graph_module.graph.output_node().args[0]):
-        if not isinstance(a, torch.fx.Node) or len(a.users) < 2:
-            continue
-        v = a.meta.get("val")
-        if not isinstance(v, torch.Tensor) or v.dim() != 4:
-            continue
-        n, c, h, w = v.shape
-        with v.fake_mode:
-            a.meta["val"] = torch.empty_strided(v.shape, (h * w * c, 1, w * c, c), dtype=v.dtype)
-        changed.add(k)
-    return changed
-
-
-def _drop_provenance(program: ExportedProgram) -> None:
-    """Forget torch.fx's ``from_node`` provenance on this private copy of the partition.
-
-    Every one of upstream's ~150 TOSA passes deep-copies each touched node's provenance chain,
-    which grows with every pass: measured 12 s of a 72 s mobilenetv2 lowering in ``deepcopy``.
-    The chain is debugging metadata only; the parent program keeps its own.
-    """
-    for n in program.graph_module.graph.nodes:
-        n.meta.pop("from_node", None)
-
-
-def _lower_and_compile(program: ExportedProgram, spec: EthosUNGCompileSpec, name: str):
-    _drop_provenance(program)
-    with upstream.lowering_context(spec, program):
-        tosa = upstream.lower_to_tosa(program, spec)
-    t0 = time.time()
-    vela = compile_tosa(tosa, spec, partition=name)
-    logger.info("Vela compiled %s for %s in %.1f s", name, spec.target, time.time() - t0)
-    return tosa, vela
+def _compile_all(programs: List[ExportedProgram], spec: EthosUNGCompileSpec) -> List[PreprocessResult]:
+    out: List[PreprocessResult] = [None] * len(programs)  # type: ignore[list-item]
+    todo = []
+    for k, program in enumerate(programs):
+        hit = COMPILED.take(fingerprint(program))
+        if hit is not None:
+            out[k] = _result(hit)
+        else:
+            todo.append(k)
+    if todo:
+        logger.debug("compiling %d partition(s) the partitioner had not compiled", len(todo))
+        compiled = compile_partitions([(partition_name(programs[k]), programs[k]) for k in todo], spec)
+        for k, c in zip(todo, compiled):
+            if isinstance(c, Exception):
+                raise c
+            out[k] = _result(c)
+    return out
 
 
 @final
@@ -151,23 +51,21 @@ class EthosUNGBackend(BackendDetails):
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs: List[CompileSpec]) -> PreprocessResult:
         spec = EthosUNGCompileSpec.from_compile_specs(compile_specs)
-        name = _partition_name(edge_program)
-        declared = declared_io(edge_program)
-        pristine = copy.deepcopy(edge_program)  # upstream's lowering edits the program in place
-        tosa, vela = _lower_and_compile(edge_program, spec, name)
-        nhwc: Set[int] = set()
-        if len(vela.outputs) != len(declared.outputs):
-            nhwc = _nhwc_exits(pristine)
-            if nhwc:
-                logger.info("%s: Vela dropped an output; emitting outputs %s channels-last", name, sorted(nhwc))
-                tosa, vela = _lower_and_compile(pristine, spec, name)
-        tosa_ins, tosa_outs = tosa_io(tosa)
-        io = check_io(name, declared, tosa_ins, tosa_outs, vela, nhwc)
-        blob = DelegateBlob(
-            inputs=io.inputs, outputs=io.outputs, command_stream=vela.command_stream,
-            weights=vela.weights, scratch_size=vela.scratch_size,
-            fast_scratch_size=vela.fast_scratch_size, tosa=tosa if spec.embed_tosa else None,
-        )
-        logger.debug("%s: %d inputs, %d outputs, %d B command stream, %d B weights", name,
-                    len(io.inputs), len(io.outputs), len(vela.command_stream), len(vela.weights))
-        return PreprocessResult(processed_bytes=blob.to_bytes(), _delegate_info_meta=io)
+        return _compile_all([edge_program], spec)[0]
+
+    @classmethod
+    def preprocess_multimethod(
+        cls,
+        edge_programs: Dict[str, List[ExportedProgram]],
+        compile_specs: Dict[str, List[List[CompileSpec]]],
+    ) -> Dict[str, List[PreprocessResult]]:
+        results: Dict[str, List[PreprocessResult]] = {}
+        for method, programs in edge_programs.items():
+            specs = [EthosUNGCompileSpec.from_compile_specs(c) for c in compile_specs[method]]
+            results[method] = [None] * len(programs)  # type: ignore[list-item]
+            # Partitions of one method normally share one spec; group them so Vela runs in parallel.
+            for spec in dict.fromkeys(specs):
+                ks = [k for k, s in enumerate(specs) if s == spec]
+                for k, r in zip(ks, _compile_all([programs[k] for k in ks], spec)):
+                    results[method][k] = r
+        return results

@@ -103,7 +103,7 @@ def cmd_compile(args) -> int:
     quantized = stages.run("calibrate + quantize", quantize, loaded.model, loaded.example_inputs, spec,
                            calib, _dtype(args.input_dtype), _dtype(args.output_dtype))
     handler = _VelaProgress()
-    backend_log = logging.getLogger("ethosu_ng.backend")
+    backend_log = logging.getLogger("ethosu_ng.partition_compiler")
     backend_log.addHandler(handler)
     backend_log.setLevel(logging.INFO)
     backend_log.propagate = False

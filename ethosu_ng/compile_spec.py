@@ -48,6 +48,10 @@ class EthosUNGCompileSpec:
         embed_tosa: store the TOSA flatbuffer in each delegate blob so the host runtime can
             execute it without an NPU (costs flash; off by default for firmware).
         vela_timeout_s: a Vela compile that runs longer than this is killed and reported.
+        vela_workers: how many Vela child processes may run at once while the next partition
+            is lowered to TOSA (1 = one after the other).
+        cpu_fallback: when Vela crashes, hangs or refuses a partition, find the ops responsible
+            and keep them on the CPU instead of failing the export (listed in the report).
     """
 
     target: str
@@ -56,6 +60,8 @@ class EthosUNGCompileSpec:
     extra_vela_flags: Sequence[str] = field(default_factory=tuple)
     embed_tosa: bool = False
     vela_timeout_s: float = 900.0
+    vela_workers: int = 2
+    cpu_fallback: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, str) or self.target.lower() not in TARGETS:
@@ -83,6 +89,10 @@ class EthosUNGCompileSpec:
         if (isinstance(self.vela_timeout_s, bool) or not isinstance(self.vela_timeout_s, (int, float))
                 or not self.vela_timeout_s > 0):
             raise ValueError("vela_timeout_s must be a positive number of seconds")
+        if isinstance(self.vela_workers, bool) or not isinstance(self.vela_workers, int) or self.vela_workers < 1:
+            raise ValueError(f"vela_workers must be an int >= 1, got {self.vela_workers!r}")
+        if not isinstance(self.cpu_fallback, bool):
+            raise TypeError("cpu_fallback must be a bool")
 
     @property
     def family(self) -> str:

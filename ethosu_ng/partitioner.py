@@ -13,6 +13,7 @@ Stages (each a separate module):
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
@@ -26,10 +27,15 @@ from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, Par
 from executorch.exir.backend.utils import tag_constant_data
 
 from . import upstream
-from .boundary import BoundaryContract, PartitionIO, node_order
+from .boundary import BoundaryContract, PartitionIO, node_order, partition_io
 from .compile_spec import EthosUNGCompileSpec
 from .delegate_io import QPARAMS_META, integer_tensor_qparams
+from .culprit_search import CulpritSearch
 from .op_names import op_name, resolve_op_names
+from .partition_compiler import COMPILED, compile_partitions
+from .partition_program import RealTensors, carve, fingerprint
+from .report import is_compute
+from .vela_compiler import VelaError
 from .target_limits import TargetLimits
 from .passes.qdq_nodes import rename_outputs
 from .passes import PRE_PARTITION_PASSES
@@ -37,6 +43,9 @@ from .passes import PRE_PARTITION_PASSES
 logger = logging.getLogger(__name__)
 
 BACKEND_ID = "EthosUNGBackend"
+# Each round moves at least one op per failing partition to the CPU; a model needing more rounds
+# than this is failing for a reason bisection will not fix.
+_MAX_FALLBACK_ROUNDS = 16
 
 # Partitions made only of these lower to an empty (or trivial) NPU program: not worth a delegate.
 _NO_COMPUTE = frozenset({
@@ -58,6 +67,15 @@ class PartitionReport:
     cpu_reasons: Dict[str, str] = field(default_factory=dict)        # node name -> reason
     cpu_targets: Dict[str, str] = field(default_factory=dict)        # node name -> op name
     io: Dict[str, PartitionIO] = field(default_factory=dict, repr=False)
+    # node name -> why: ops moved to the CPU because Vela failed on them (culprit_search)
+    compiler_fallback: Dict[str, str] = field(default_factory=dict)
+    fallback_compiles: int = 0  # candidate partitions compiled to find them
+
+
+# Marks, before decomposition, the nodes of an op in ``cpu_ops``: the ops it decomposes into
+# inherit node meta "custom" (aten.max_pool2d becomes max_pool2d_with_indices), so they stay
+# pinned although their own name is not in the list.
+_PINNED_META = "ethosu_ng_cpu_pinned"
 
 
 class _PinnedToCpu(OperatorSupportBase):
@@ -65,10 +83,22 @@ class _PinnedToCpu(OperatorSupportBase):
         self.names, self.reasons = names, reasons
 
     def is_node_supported(self, submodules, node: Node) -> bool:
-        if node.op == "call_function" and op_name(node.target) in self.names:
-            self.reasons.setdefault(node.name, "pinned to CPU by cpu_ops")
+        if node.op != "call_function":
+            return True
+        pinned_as = (node.meta.get("custom") or {}).get(_PINNED_META)
+        if op_name(node.target) in self.names or pinned_as:
+            self.reasons.setdefault(
+                node.name, "pinned to CPU by cpu_ops" + (f" ({pinned_as})" if pinned_as else ""))
             return False
         return True
+
+
+class _Allowed(OperatorSupportBase):
+    def __init__(self, nodes: Set[Node]):
+        self.nodes = nodes
+
+    def is_node_supported(self, submodules, node: Node) -> bool:
+        return node in self.nodes
 
 
 class _NotExcluded(OperatorSupportBase):
@@ -95,15 +125,21 @@ class EthosUNGPartitioner(Partitioner):
         self.cpu_ops = resolve_op_names(cpu_ops)
         self.delegation_spec = DelegationSpec(BACKEND_ID, compile_spec.to_compile_specs())
         self.report: Optional[PartitionReport] = None
+        self._real_tensors: Optional[RealTensors] = None
 
     # -- stage 1 ------------------------------------------------------------------------------
     def transform_for_pre_decomposition(self, program: ExportedProgram) -> ExportedProgram:
         out = program.graph_module.graph.output_node()
         names_before = [a.name if isinstance(a, Node) else None for a in out.args[0]]
+        for n in program.graph_module.graph.nodes:
+            if n.op == "call_function" and op_name(n.target) in self.cpu_ops:
+                n.meta.setdefault("custom", {})[_PINNED_META] = op_name(n.target)
         for make_pass in PRE_PARTITION_PASSES:
             program = make_pass()(program)
         # Passes re-type or replace output nodes; the signature names them by position.
         rename_outputs(program, names_before, program.graph_module.graph.output_node().args[0])
+        # ``partition`` will get this program with fake parameters; remember the real ones.
+        self._real_tensors = RealTensors(program)
         return program
 
     def ops_to_not_decompose(
@@ -120,37 +156,67 @@ class EthosUNGPartitioner(Partitioner):
 
         return ops, filter_fn
 
-    # -- stages 2-5 ---------------------------------------------------------------------------
+    # -- stages 2-6 ---------------------------------------------------------------------------
+    def _propose(self, program: ExportedProgram, support: OperatorSupportBase,
+                 contract: BoundaryContract, excluded: Dict[Node, str],
+                 allowed: Optional[Set[Node]] = None) -> Tuple[List[Set[Node]], Dict[Node, str]]:
+        """Convex partitions of supported (and ``allowed``) nodes, integer at every edge.
+
+        Returns the partitions and the nodes the boundary contract removed (with reasons)."""
+        removed: Dict[Node, str] = {}
+        blocked = dict(excluded)
+        support = chain(support, _NotExcluded(blocked))
+        if allowed is not None:
+            support = chain(support, _Allowed(allowed))
+        while True:
+            proposals = CapabilityBasedPartitioner(
+                program.graph_module, support, allows_single_node_partition=True
+            ).propose_partitions()
+            parts = [set(p.nodes) for p in proposals]
+            newly = {}
+            for part in parts:
+                newly.update(contract.shrink(part))
+                if part and all(op_name(n.target) in _NO_COMPUTE for n in part):
+                    newly.update({n: "partition would hold no NPU compute" for n in part})
+                    part.clear()
+            if not newly:
+                return [p for p in parts if p], removed
+            removed.update(newly)
+            blocked.update(newly)  # re-propose: shrinking can break convexity
+
     def partition(self, program: ExportedProgram) -> PartitionResult:
         report = PartitionReport()
         graph = program.graph_module.graph
         contract = BoundaryContract(program)
         excluded: Dict[Node, str] = {}
         reporter = upstream.WhyNoPartitionReporter()
+        trial = _TrialCompiler(self, program, contract)
         with upstream.lowering_context(self.compile_spec, program):
             support = chain(
                 _PinnedToCpu(self.cpu_ops, report.cpu_reasons),
                 TargetLimits(self.compile_spec, report.cpu_reasons),
                 upstream.operator_support(self.compile_spec, program, reporter),
-                _NotExcluded(excluded),
             )
-            while True:
-                proposals = CapabilityBasedPartitioner(
-                    program.graph_module, support, allows_single_node_partition=True
-                ).propose_partitions()
-                parts = [set(p.nodes) for p in proposals]
-                newly = {}
-                for part in parts:
-                    newly.update(contract.shrink(part))
-                    if part and all(op_name(n.target) in _NO_COMPUTE for n in part):
-                        newly.update({n: "partition would hold no NPU compute" for n in part})
-                        part.clear()
-                if not newly:
+            search = CulpritSearch(
+                propose=lambda nodes: self._propose(program, support, contract, excluded, nodes)[0],
+                try_compile=trial.try_compile, is_compute=_is_compute, order=node_order)
+            for round_ in range(_MAX_FALLBACK_ROUNDS + 1):
+                parts, removed = self._propose(program, support, contract, excluded)
+                failures = trial.compile_final(parts) if trial.enabled else []
+                if not failures:
                     break
-                excluded.update(newly)  # re-propose: shrinking can break convexity
+                if not self.compile_spec.cpu_fallback or round_ == _MAX_FALLBACK_ROUNDS:
+                    raise failures[0][1]
+                for part, error in failures:
+                    for c in search.culprits(part, error):
+                        why = (f"NPU compiler failed: Vela {c.error.what} on "
+                               f"{op_name(c.node.target)}: {c.error.last_words}")
+                        excluded[c.node] = why
+                        report.compiler_fallback[c.node.name] = why
+        excluded.update(removed)
+        report.fallback_compiles = search.compiles
         for n in graph.nodes:
             n.meta.pop("delegation_tag", None)
-        parts = [p for p in parts if p]
         for k, part in enumerate(sorted(parts, key=lambda p: min(node_order(n) for n in p))):
             tag = f"ethosu_ng_{k}"
             for n in part:
@@ -161,10 +227,8 @@ class EthosUNGPartitioner(Partitioner):
         # Record boundary qparams while the whole graph is visible (the producing quantize of a
         # delegate input/output may sit on the CPU, outside the partition preprocess sees).
         for io in report.io.values():
-            for n in io.inputs + io.outputs:
-                qp = integer_tensor_qparams(n)
-                if qp is not None:
-                    n.meta[QPARAMS_META] = qp
+            for n, qp in _boundary_qparams(io):
+                n.meta[QPARAMS_META] = qp
 
         upstream_reasons = getattr(reporter, "_rejected_nodes", {})
         for n in graph.nodes:
@@ -175,6 +239,12 @@ class EthosUNGPartitioner(Partitioner):
                       or upstream_reasons.get(n) or "not supported by the Ethos-U TOSA profile")
             report.cpu_reasons[n.name] = reason
         self.report = report
+        if report.compiler_fallback:
+            warnings.warn(
+                f"EthosUNGPartitioner: the NPU compiler failed on {len(report.compiler_fallback)} "
+                f"op(s) for {self.compile_spec.target}; they run on the CPU: "
+                + "; ".join(f"{name}: {why}" for name, why in report.compiler_fallback.items()),
+                stacklevel=2)
         if not report.partitions:
             logger.warning(
                 "EthosUNGPartitioner: nothing to delegate for %s (is the model quantized with "
@@ -184,3 +254,65 @@ class EthosUNGPartitioner(Partitioner):
             partition_tags={tag: self.delegation_spec for tag in report.partitions},
         )
 
+
+def _boundary_qparams(io: PartitionIO):
+    for n in io.inputs + io.outputs:
+        qp = integer_tensor_qparams(n)
+        if qp is not None:
+            yield n, qp
+
+
+def _is_compute(node: Node) -> bool:
+    return node.op == "call_function" and is_compute(op_name(node.target)) \
+        and op_name(node.target) not in _NO_COMPUTE
+
+
+class _TrialCompiler:
+    """Compiles candidate partitions of one program (real constants, carved as ``to_backend``
+    will carve them). Final partitions that compile wait in ``partition_compiler.COMPILED`` for
+    ``preprocess``; outcomes are remembered by fingerprint so nothing compiles twice."""
+
+    def __init__(self, partitioner: "EthosUNGPartitioner", program: ExportedProgram,
+                 contract: BoundaryContract):
+        self.spec = partitioner.compile_spec
+        self.contract = contract
+        self.program = program
+        real = partitioner._real_tensors
+        self.enabled = real is not None and real.covers(program)
+        if not self.enabled:
+            logger.info("EthosUNGPartitioner: constants not available before to_backend; "
+                        "partitions compile in preprocess, without CPU fallback")
+        self.real = real
+        self.outcome: Dict[str, Optional[VelaError]] = {}
+        self.rounds = 0
+
+    def _compile(self, parts: List[Set[Node]], prefix: str, keep: bool) -> List[Optional[VelaError]]:
+        copy_ = self.real.real_program(self.program)
+        tags = {f"{prefix}{k}": [n.name for n in self.program.graph_module.graph.nodes if n in p]
+                for k, p in enumerate(parts)}
+        by_name = {n.name: n for n in copy_.graph_module.graph.nodes}
+        for p in parts:  # as ``partition`` records them for the final partitions
+            io = partition_io(p, self.contract.constants)
+            for n, qp in _boundary_qparams(io):
+                by_name[n.name].meta[QPARAMS_META] = qp
+        carved = carve(copy_, tags)
+        keys = {tag: fingerprint(ep) for tag, ep in carved.items()}
+        todo = [(tag, ep) for tag, ep in carved.items()
+                if keys[tag] is None or keys[tag] not in self.outcome
+                or (keep and self.outcome[keys[tag]] is None and COMPILED.get(keys[tag]) is None)]
+        for (tag, _), res in zip(todo, compile_partitions(todo, self.spec)):
+            err = res if isinstance(res, VelaError) else None
+            if keys[tag] is not None:
+                self.outcome[keys[tag]] = err
+                if keep and err is None:
+                    COMPILED.put(keys[tag], res)
+        return [self.outcome.get(keys[tag]) for tag in tags]
+
+    def compile_final(self, parts: List[Set[Node]]) -> List[Tuple[Set[Node], VelaError]]:
+        parts = sorted(parts, key=lambda p: min(node_order(n) for n in p))
+        self.rounds += 1
+        errors = self._compile(parts, "ethosu_ng_", keep=True)
+        return [(p, e) for p, e in zip(parts, errors) if e is not None]
+
+    def try_compile(self, parts: List[Set[Node]]) -> List[Optional[VelaError]]:
+        return self._compile(parts, f"ethosu_ng_search{self.rounds}_", keep=False)

@@ -102,6 +102,9 @@ def build_report(edge, partitioner, pte: bytes, spec, model: str = "", stages=No
         "stages_s": dict(stages or {}),
         "delegates": delegates,
         "cpu_ops": cpu,
+        # Ops the NPU compiler failed on, moved to the CPU by the partitioner (culprit_search).
+        "compiler_fallback": [{"node": n, "op": rep.cpu_targets.get(n, "?"), "reason": why}
+                              for n, why in getattr(rep, "compiler_fallback", {}).items()],
         "program_io": io,
         "totals": {
             "partitions": len(delegates),
@@ -183,6 +186,10 @@ def format_text(r: Dict[str, Any]) -> str:
         lines.append("on the CPU:")
         for c in r["cpu_ops"]:
             lines.append(f"  {c['node']:<40} {c['op']:<36} {c['reason']}")
+    if r.get("compiler_fallback"):
+        lines.append("")
+        lines.append(f"moved to the CPU because the NPU compiler failed on them: "
+                     f"{len(r['compiler_fallback'])} op(s) (reasons above)")
     t = r["totals"]
     lines.append("")
     share = t.get("npu_op_share")

@@ -138,3 +138,27 @@ def pte_delegate_payloads(pte: bytes):
                 raise ValueError(f"delegate {d.id}: processed data stored out of line is not supported")
             out.append((d.id, bytes(program.backend_delegate_data[d.processed.index].data)))
     return out
+
+
+def carve_partition(graph_module: torch.fx.GraphModule, owning_program: ExportedProgram, tag: str):
+    """Cut the nodes tagged ``tag`` out of ``graph_module`` exactly as ``to_backend`` does before
+    calling ``preprocess``: (submodule program, call_module node). Edits ``graph_module``."""
+    from executorch.exir.backend.backend_api import _get_node_list_with_same_tag
+    from executorch.exir.lowered_backend_module import (
+        create_exported_program_from_submodule,
+        create_submodule_from_nodes,
+    )
+
+    nodes = _get_node_list_with_same_tag(graph_module, tag, owning_program)
+    with graph_module._set_replace_hook(owning_program.graph_signature.get_replace_hook()):
+        submodule, call_node = create_submodule_from_nodes(graph_module, nodes, tag)
+    program, _, _ = create_exported_program_from_submodule(submodule, owning_program, tag, call_node, False)
+    return program
+
+
+def duplicate_shared_constants(program: ExportedProgram, tag: str) -> None:
+    """``to_backend``'s own step before carving: constants shared across partitions are copied."""
+    from executorch.exir.backend.utils import _maybe_duplicate_constant_nodes
+
+    _maybe_duplicate_constant_nodes(program, tag)
+

@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from models import SmallCNN
 from ethosu_ng import BoundaryContractError, EthosUNGCompileSpec, EthosUNGPartitioner, TensorSpec
-from ethosu_ng.backend import check_io
+from ethosu_ng.partition_compiler import check_io
 from ethosu_ng.delegate_io import DelegateIOSpec
 from ethosu_ng.tosa_graph import TosaTensorInfo
 from ethosu_ng.vela_compiler import VelaResult, VelaTensor

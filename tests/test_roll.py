@@ -69,13 +69,14 @@ def test_roll_is_delegated(case, target):
 
 
 def test_vela_crash_is_a_clean_error_naming_partition_and_target(monkeypatch):
-    """Without the U55 limit, Vela 5.1.0 segfaults on this block; the export survives it."""
+    """Without the U55 limit, Vela 5.1.0 segfaults on this block; the export survives it (with
+    CPU fallback off; with it on, tests/test_vela_fallback.py moves the culprit to the CPU)."""
     from ethosu_ng.target_limits import TargetLimits
 
     monkeypatch.setattr(TargetLimits, "why_not", lambda self, node: None)
     g = torch.Generator().manual_seed(0)
     data = [(torch.randn((1, 8, 8, 16), generator=g),) for _ in range(2)]
-    spec = EthosUNGCompileSpec("ethos-u55-128")
+    spec = EthosUNGCompileSpec("ethos-u55-128", cpu_fallback=False)
     q = quantize(ShiftedWindowAttention().eval(), data[0], spec, calibration=data)
     with pytest.raises(VelaError, match=r"crashed \(SIGSEGV\).*ethosu_ng_0.*ethos-u55-128"):
         lower(q, data[0], spec)

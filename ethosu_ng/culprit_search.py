@@ -1,0 +1,119 @@
+"""Find the operators a failing NPU compile is due to, so they alone move to the CPU.
+
+Bisection over a failing partition's compute ops in graph order. Each half is re-partitioned
+under the boundary contract (``propose``; a half may come back as several convex, integer-edged
+partitions) and compiled; a failing piece is searched further. When both halves compile alone,
+the failure needs ops from both: the shortest failing prefix is found by binary search and its
+last op is the culprit (moving it breaks the combination). One culprit per failing partition and
+round; the partitioner re-partitions and compiles again until everything compiles.
+
+Op signatures (op, argument types, constant arguments) that failed are remembered: a later
+failing partition holding the same signature moves those ops at once, without bisecting again,
+so a model with 20 identical blocks pays for one search, not 20.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Set
+
+import torch
+from torch.fx import Node
+
+from .op_names import op_name
+from .vela_compiler import VelaError
+
+logger = logging.getLogger(__name__)
+
+Propose = Callable[[Set[Node]], List[Set[Node]]]
+# Compile candidate partitions; None where it compiled, the VelaError where it did not.
+TryCompile = Callable[[List[Set[Node]]], List[Optional[VelaError]]]
+
+
+def _type_of(a) -> str:
+    if isinstance(a, Node):
+        v = a.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            return f"{v.dtype}{tuple(v.shape)}"
+        return "?"
+    if isinstance(a, (list, tuple)):
+        return "(" + ",".join(_type_of(x) for x in a) + ")"
+    return repr(a)
+
+
+def op_signature(node: Node) -> str:
+    """What Vela sees of an op: its kind, argument types/shapes and constant arguments."""
+    return f"{op_name(node.target)}{_type_of(node.args)}{_type_of(node.kwargs)}->{_type_of(node)}"
+
+
+@dataclass
+class Culprit:
+    node: Node
+    error: VelaError   # what Vela said on the smallest failing piece holding the op
+    known: bool = False  # matched a signature that failed before (no compile needed)
+
+
+@dataclass
+class CulpritSearch:
+    propose: Propose
+    try_compile: TryCompile
+    is_compute: Callable[[Node], bool]
+    order: Callable[[Node], int]
+    failed_signatures: Dict[str, VelaError] = field(default_factory=dict)
+    compiles: int = 0  # candidate partitions compiled while searching (for the report / tests)
+
+    def culprits(self, part: Set[Node], error: VelaError) -> List[Culprit]:
+        """Ops of a partition that failed with ``error`` to keep on the CPU."""
+        known = [Culprit(n, self.failed_signatures[op_signature(n)], True)
+                 for n in part if self.is_compute(n) and op_signature(n) in self.failed_signatures]
+        if known:
+            return sorted(known, key=lambda c: self.order(c.node))
+        found = self._search(part, error)
+        self.failed_signatures[op_signature(found.node)] = found.error
+        return [found]
+
+    def _compile(self, parts: List[Set[Node]]) -> List[Optional[VelaError]]:
+        parts = [p for p in parts if any(self.is_compute(n) for n in p)]
+        if not parts:
+            return []
+        self.compiles += len(parts)
+        return self.try_compile(parts)
+
+    def _pieces(self, nodes: Set[Node]) -> List[Set[Node]]:
+        return [p for p in self.propose(nodes) if any(self.is_compute(n) for n in p)]
+
+    def _prefix(self, part: Set[Node], compute: Sequence[Node], k: int) -> Set[Node]:
+        """The first ``k`` compute ops with everything up to the next one (their quantize
+        nodes), so no op loses its integer output to the cut."""
+        end = self.order(compute[k]) if k < len(compute) else None
+        return {n for n in part if end is None or self.order(n) < end}
+
+    def _search(self, part: Set[Node], error: VelaError) -> Culprit:
+        while True:
+            compute = sorted((n for n in part if self.is_compute(n)), key=self.order)
+            if len(compute) <= 1:
+                return Culprit(compute[0], error)
+            mid = len(compute) // 2
+            first = self._prefix(part, compute, mid)
+            pieces = self._pieces(first) + self._pieces(part - first)
+            verdicts = self._compile(pieces)
+            failing = [(p, e) for p, e in zip(pieces, verdicts) if e is not None]
+            if failing:
+                part, error = failing[0]
+                continue
+            return self._shortest_failing_prefix(part, compute, mid, error)
+
+    def _shortest_failing_prefix(self, part: Set[Node], compute: Sequence[Node], passes: int,
+                                 error: VelaError) -> Culprit:
+        """The first ``passes`` compute ops compile, all of them do not: binary search between."""
+        fails = len(compute)
+        while fails - passes > 1:
+            k = (passes + fails) // 2
+            pieces = self._pieces(self._prefix(part, compute, k))
+            errs = [e for e in self._compile(pieces) if e is not None]
+            if errs:
+                fails, error = k, errs[0]
+            else:
+                passes = k
+        return Culprit(compute[fails - 1], error)
