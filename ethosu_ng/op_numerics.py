@@ -1,0 +1,191 @@
+"""Which side of a TOSA-vs-reference difference is wrong: the lowering, or the float32 reference?
+
+``tosa_reference.check_delegates`` judges each delegate's TOSA graph against the eager quantized
+model, which computes every float op between a dequantize and a quantize in float32. Where the
+real value lies within ~1e-5 LSB of a rounding boundary (x.5), float32 can round the wrong way,
+while TOSA (exact integer accumulation, 31-bit rescale multiplier) rounds correctly. One such
+flipped element early in a deep partition is amplified by every later conv, most by a conv whose
+input scale is coarse. Measured on timm mobilevit_s (ethos-u85-256, seed 0, softmax on CPU):
+the 18-conv stem partition is 8 LSB off the eager model (1086 of 147456 elements > 1 LSB) but
+0 LSB off, on every element, the same quantized graph evaluated in float64. Over all 61
+delegates, 412 quantize ops, each given identical integer inputs, differ between float32 and
+float64 by at most 1 LSB, on 62 of 47.8 M elements; TOSA vs float64 is 0 LSB on 60 delegates
+and 1 LSB on the head (avg_pool2d over 8x8, see ties below).
+
+``check_ops`` evaluates each delegate's partition graph twice in lockstep: "eager" (float32, as
+the quantized model runs) and "exact" (every float op in float64, each quantize rounding the
+float64 value). After every quantize both paths continue from the exact integer tensor, so per
+op the two evaluations see identical integer inputs. It reports per delegate TOSA vs exact and
+eager vs exact (whole partition, per output) and, per quantize, the float32-vs-float64
+difference of that op alone. A lowering defect shows as TOSA vs exact > 1 LSB; float32 noise in
+the reference shows as eager vs exact > 0 with TOSA vs exact == 0. At a true tie float64 is no
+arbiter: TOSA rounds half up, ``torch.round`` half to even. avg_pool2d hits a tie whenever a
+window's sum is an odd multiple of half its size (measured on conv -> silu -> avg_pool2d(8): two of 64 outputs,
+sums/64 = 14.5 and 12.5, TOSA 15 and 13, reference 14 and 12), so TOSA vs exact may be 1 there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+import torch
+from torch.fx import Interpreter
+from torch.utils._pytree import tree_map
+
+from .tosa_reference import CALL_DELEGATE, DelegateNumerics, _DelegateChecker, _module
+
+qd = torch.ops.quantized_decomposed
+_Q_PER_TENSOR = (qd.quantize_per_tensor.default, qd.quantize_per_tensor.tensor)
+_Q_PER_CHANNEL = (qd.quantize_per_channel.default,)
+_DQ_PER_TENSOR = (qd.dequantize_per_tensor.default, qd.dequantize_per_tensor.tensor)
+_DQ_PER_CHANNEL = (qd.dequantize_per_channel.default,)
+
+
+@dataclass
+class OpNumerics:
+    node: str                      # the quantize node
+    op: str                        # what it quantizes (its input's op)
+    max_lsb: int                   # float32 vs float64 evaluation, identical integer inputs
+    elements_off: int
+    numel: int
+
+
+@dataclass
+class DelegateExactNumerics:
+    name: str
+    tosa_vs_exact: List[Optional[int]]   # per output, max LSB (None: float output)
+    eager_vs_exact: List[Optional[int]]
+    tosa_vs_eager: List[Optional[int]]
+    ops: List[OpNumerics] = field(default_factory=list)
+    outputs_exact: List[torch.Tensor] = field(repr=False, default_factory=list)
+
+    @property
+    def lowering_worst(self) -> int:
+        return max((v for v in self.tosa_vs_exact if v is not None), default=0)
+
+
+class _Pair:
+    """A float value in both evaluations."""
+    __slots__ = ("f32", "f64")
+
+    def __init__(self, f32, f64):
+        self.f32, self.f64 = f32, f64
+
+
+def _base(target):
+    """The ATen/quantized_decomposed overload behind an edge-dialect op (or the op itself)."""
+    op = getattr(target, "_op", None)
+    return op if isinstance(op, torch._ops.OpOverload) else target
+
+
+def _scalar(v) -> float:
+    return float(v.item()) if isinstance(v, torch.Tensor) else float(v)
+
+
+def _exact_quantize(op, x64, args):
+    if op in _Q_PER_TENSOR:
+        scale, zp, qmin, qmax, dtype = _scalar(args[1]), int(_scalar(args[2])), *args[3:6]
+        return torch.clamp(torch.round(x64 / scale) + zp, qmin, qmax).to(dtype)
+    scales, zps, axis, qmin, qmax, dtype = args[1:7]
+    shape = [1] * x64.dim()
+    shape[axis] = -1
+    q = torch.round(x64 / scales.to(torch.float64).view(shape)) + zps.to(torch.float64).view(shape)
+    return torch.clamp(q, qmin, qmax).to(dtype)
+
+
+def _exact_dequantize(op, q, args):
+    if op in _DQ_PER_TENSOR:
+        return (q.to(torch.float64) - int(_scalar(args[2]))) * _scalar(args[1])
+    scales, zps, axis = args[1:4]
+    shape = [1] * q.dim()
+    shape[axis] = -1
+    zp = zps.to(torch.float64).view(shape) if zps is not None else 0.0
+    return (q.to(torch.float64) - zp) * scales.to(torch.float64).view(shape)
+
+
+def _lsb(a: torch.Tensor, b: torch.Tensor) -> Optional[int]:
+    if a.is_floating_point() or b.is_floating_point():
+        return None
+    if a.numel() == 0:
+        return 0
+    return int((a.to(torch.int64) - b.to(torch.int64)).abs().max().item())
+
+
+class _Lockstep(Interpreter):
+    def __init__(self, gm):
+        super().__init__(gm)
+        self.ops: List[OpNumerics] = []
+
+    def placeholder(self, target, args, kwargs):
+        v = super().placeholder(target, args, kwargs)
+        return _Pair(v, v.to(torch.float64)) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+    def get_attr(self, target, args, kwargs):
+        v = super().get_attr(target, args, kwargs)
+        return _Pair(v, v.to(torch.float64)) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+    def run_node(self, n):
+        self._current = n
+        return super().run_node(n)
+
+    def call_function(self, target, args, kwargs):
+        op = _base(target)
+        a32 = tree_map(lambda v: v.f32 if isinstance(v, _Pair) else v, args)
+        a64 = tree_map(lambda v: v.f64 if isinstance(v, _Pair) else v, args)
+        k32 = tree_map(lambda v: v.f32 if isinstance(v, _Pair) else v, kwargs)
+        k64 = tree_map(lambda v: v.f64 if isinstance(v, _Pair) else v, kwargs)
+        if op in _Q_PER_TENSOR or op in _Q_PER_CHANNEL:
+            exact = _exact_quantize(op, a64[0], a64)
+            eager = target(*a32, **k32)
+            diff = (eager.to(torch.int64) - exact.to(torch.int64)).abs()
+            src = self._current.args[0]
+            self.ops.append(OpNumerics(
+                self._current.name, str(_base(src.target)) if isinstance(src, torch.fx.Node) else "?",
+                int(diff.max().item()) if diff.numel() else 0, int((diff > 0).sum().item()), diff.numel()))
+            return exact  # both paths continue from the exact integers
+        if op in _DQ_PER_TENSOR or op in _DQ_PER_CHANNEL:
+            return _Pair(target(*a32, **k32), _exact_dequantize(op, a64[0], a64))
+        r32 = target(*a32, **k32)
+        up = lambda v: v.to(torch.float64) if isinstance(v, torch.Tensor) and v.dtype == torch.float32 else v
+        r64 = target(*tree_map(up, a64), **tree_map(up, k64))
+        # float results carry both evaluations; anything else continues from the exact one
+        return tree_map(lambda x, y: _Pair(x, y) if isinstance(x, torch.Tensor) and x.is_floating_point() else y,
+                        r32, r64)
+
+
+def exact_outputs(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]):
+    """Run a quantized graph in lockstep: (its exactly evaluated outputs, per-quantize records)."""
+    lock = _Lockstep(gm)
+    out = lock.run(*inputs)
+    out = list(out) if isinstance(out, (list, tuple)) else [out]
+    return [o.f64 if isinstance(o, _Pair) else o for o in out], lock.ops
+
+
+class _ExactChecker(_DelegateChecker):
+    def __init__(self, gm):
+        super().__init__(gm, continue_with="reference")
+        self.exact: List[DelegateExactNumerics] = []
+
+    def call_function(self, target, args, kwargs):
+        out = super().call_function(target, args, kwargs)
+        if target is not CALL_DELEGATE:
+            return out
+        lowered, *inputs = args
+        r: DelegateNumerics = self.results[-1]
+        exact, ops = exact_outputs(lowered.original_module.module(), inputs)
+        self.exact.append(DelegateExactNumerics(
+            r.name,
+            [_lsb(t, e) for t, e in zip(r.outputs_tosa, exact)],
+            [_lsb(g, e) for g, e in zip(r.outputs_ref, exact)],
+            list(r.max_lsb), ops, exact))
+        return out
+
+
+def check_ops(program_or_manager, inputs: Sequence[torch.Tensor]) -> List[DelegateExactNumerics]:
+    """Per delegate: TOSA vs the exactly evaluated quantized graph, eager vs exact, and per op the
+    float32-vs-float64 difference from identical integer inputs. Delegates run on the eager
+    reference's inputs, as in ``check_delegates``."""
+    checker = _ExactChecker(_module(program_or_manager))
+    checker.run(*inputs)
+    return checker.exact
