@@ -297,16 +297,22 @@ class _TrialCompiler:
                 by_name[n.name].meta[QPARAMS_META] = qp
         carved = carve(copy_, tags)
         keys = {tag: fingerprint(ep) for tag, ep in carved.items()}
-        todo = [(tag, ep) for tag, ep in carved.items()
-                if keys[tag] is None or keys[tag] not in self.outcome
-                or (keep and self.outcome[keys[tag]] is None and COMPILED.get(keys[tag]) is None)]
+        verdict: Dict[str, Optional[VelaError]] = {}
+        todo = []
+        for tag, ep in carved.items():
+            key = keys[tag]
+            known = key is not None and key in self.outcome
+            if known and not (keep and self.outcome[key] is None and COMPILED.get(key) is None):
+                verdict[tag] = self.outcome[key]
+            else:
+                todo.append((tag, ep))
         for (tag, _), res in zip(todo, compile_partitions(todo, self.spec)):
-            err = res if isinstance(res, VelaError) else None
+            verdict[tag] = res if isinstance(res, VelaError) else None
             if keys[tag] is not None:
-                self.outcome[keys[tag]] = err
-                if keep and err is None:
+                self.outcome[keys[tag]] = verdict[tag]
+                if keep and verdict[tag] is None:
                     COMPILED.put(keys[tag], res)
-        return [self.outcome.get(keys[tag]) for tag in tags]
+        return [verdict[tag] for tag in tags]
 
     def compile_final(self, parts: List[Set[Node]]) -> List[Tuple[Set[Node], VelaError]]:
         parts = sorted(parts, key=lambda p: min(node_order(n) for n in p))
