@@ -103,6 +103,18 @@ def _npu_dim_order(d: TensorSpec, t: TosaTensorInfo, want_nhwc: bool = False):
     return None
 
 
+def _internal_rank4_exits(program: ExportedProgram):
+    for k, a in enumerate(program.graph_module.graph.output_node().args[0]):
+        if isinstance(a, torch.fx.Node) and len(a.users) >= 2:
+            v = a.meta.get("val")
+            if isinstance(v, torch.Tensor) and v.dim() == 4:
+                yield k, a, v
+
+
+def _has_internal_rank4_exit(program: ExportedProgram) -> bool:
+    return next(_internal_rank4_exits(program), None) is not None
+
+
 def _nhwc_exits(program: ExportedProgram) -> Set[int]:
     """Make every rank-4 output that is also consumed inside the partition channels-last.
 
@@ -112,12 +124,7 @@ def _nhwc_exits(program: ExportedProgram) -> Set[int]:
     runtime's layout copy turns it into the ExecuTorch tensor's dim order.
     """
     changed: Set[int] = set()
-    for k, a in enumerate(program.graph_module.graph.output_node().args[0]):
-        if not isinstance(a, torch.fx.Node) or len(a.users) < 2:
-            continue
-        v = a.meta.get("val")
-        if not isinstance(v, torch.Tensor) or v.dim() != 4:
-            continue
+    for k, a, v in list(_internal_rank4_exits(program)):
         n, c, h, w = v.shape
         with v.fake_mode:
             a.meta["val"] = torch.empty_strided(v.shape, (h * w * c, 1, w * c, c), dtype=v.dtype)
@@ -154,7 +161,7 @@ class CompiledPartition:
 class _Pending:
     name: str
     declared: DelegateIOSpec
-    pristine: ExportedProgram
+    pristine: Optional[ExportedProgram]  # kept only where Vela may drop an output (_nhwc_exits)
     tosa: bytes
     vela: "Future[VelaResult]"
 
@@ -162,7 +169,9 @@ class _Pending:
 def _start(program: ExportedProgram, spec: EthosUNGCompileSpec, name: str,
            pool: Optional[ThreadPoolExecutor]) -> _Pending:
     declared = declared_io(program)
-    pristine = copy.deepcopy(program)  # upstream's lowering edits the program in place
+    # Upstream's lowering edits the program in place; keep a copy for the channels-last retry,
+    # which only a rank-4 output with a consumer inside the partition can need.
+    pristine = copy.deepcopy(program) if _has_internal_rank4_exit(program) else None
     _drop_provenance(program)
     with upstream.lowering_context(spec, program):
         tosa = upstream.lower_to_tosa(program, spec)
@@ -181,7 +190,7 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
     tosa, vela = p.tosa, p.vela.result()
     nhwc: Set[int] = set()
     if len(vela.outputs) != len(p.declared.outputs):
-        nhwc = _nhwc_exits(p.pristine)
+        nhwc = _nhwc_exits(p.pristine) if p.pristine is not None else set()
         if nhwc:
             logger.info("%s: Vela dropped an output; emitting outputs %s channels-last", p.name, sorted(nhwc))
             _drop_provenance(p.pristine)
