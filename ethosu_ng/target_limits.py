@@ -7,6 +7,7 @@ carries a reason that the partition report shows.
 
 from __future__ import annotations
 
+import math
 from typing import Dict
 
 import torch
@@ -54,17 +55,20 @@ class TargetLimits(OperatorSupportBase):
 
     def why_not(self, node: Node):
         name = op_name(node.target)
-        if self.spec.is_u55_subset and name in _SLICING and node.args:
-            src = node.args[0]
+        if self.spec.is_u55_subset and name in _SLICING and len(node.args) > 1:
+            src, dim = node.args[0], node.args[1]
             val = src.meta.get("val") if isinstance(src, Node) else None
-            out = node.meta.get("val")
-            batch_dims = [d for d in (out.shape[:-2] if isinstance(out, torch.Tensor) else ()) if d != 1]
-            if (isinstance(val, torch.Tensor) and val.dim() >= 5 and len(batch_dims) >= 2
+            step = node.args[4] if name == "aten.slice_copy.Tensor" and len(node.args) > 4 else 1
+            if (isinstance(val, torch.Tensor) and val.dim() >= 5 and isinstance(dim, int)
+                    and dim % val.dim() <= val.dim() - 3 and step == 1
+                    and math.prod(val.shape[dim % val.dim() + 1:-1]) > 1
                     and _feeds_elementwise(node)):
-                # Measured: q = permute(reshape(qkv), 5-D)[0] -> mul (or add) makes Vela 5.1.0
-                # SIGSEGV for ethos-u55-128 when q keeps two non-unit leading dims (windows x
-                # heads: swin's shifted-window blocks); with one (deit: 1 x heads) it compiles,
-                # as does the same select feeding a matmul.
+                # Measured: a rank-5 SLICE of an outer dim -> RESHAPE to rank 4 -> MUL/ADD/CLAMP
+                # makes Vela 5.1.0 SIGSEGV for ethos-u55-128 (``x[1] * 0.5``, x: (3, 4, 2, 16, 8)).
+                # SliceOnMergedAxisPass rewrites every such slice of the ATen program (swin and
+                # mobilevit q, k, v) into a rank-2/3 slice that compiles; this only catches one
+                # that a decomposition creates after it (same conditions as the pass). Strided
+                # slices and slices of the two innermost dims compile (measured).
                 return (f"{self.spec.family}: slicing a rank-{val.dim()} tensor crashes Vela 5.1.0; "
                         "kept on CPU (int8 data movement)")
         return None

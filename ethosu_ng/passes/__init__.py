@@ -12,12 +12,14 @@ from .mark_quantized_islands import MarkQuantizedIslandsPass
 from .quantize_state_buffers import QuantizeStateBuffersPass
 from .requantize_non_fuseable_activation import RequantizeNonFuseableActivationPass
 from .signed_interior import SignedInteriorPass
+from .slice_on_merged_axis import SliceOnMergedAxisPass
 from .unify_concat_qparams import UnifyConcatQParamsPass
 
 # Order matters: IO re-typing first, then constant folding (sees the final qparams), then the
 # rewrites that make upstream's lowering exact, and the Q/DQ commute last (it needs final qparams).
 PRE_PARTITION_PASSES = (
     LowerRollPass,
+    SliceOnMergedAxisPass,
     QuantizeStateBuffersPass,
     SignedInteriorPass,
     IntegerProgramIOPass,
@@ -39,5 +41,6 @@ __all__ = [
     "QuantizeStateBuffersPass",
     "RequantizeNonFuseableActivationPass",
     "SignedInteriorPass",
+    "SliceOnMergedAxisPass",
     "UnifyConcatQParamsPass",
 ]

@@ -1,9 +1,13 @@
-"""NPU coverage on swin_tiny for ethos-u85-256: torch.roll runs on the NPU, so the whole model
-is one partition with no CPU compute (upstream 1.5.1: 11 partitions, 102 CPU nodes).
+"""NPU coverage on swin_tiny: torch.roll runs on the NPU (LowerRollPass) and, for ethos-u55-128,
+q/k/v are sliced out of a rank-2 view of the rank-5 permute (SliceOnMergedAxisPass; the rank-5
+slice crashes Vela 5.1.0), so the whole model is one partition with no CPU compute on both
+targets (upstream 1.5.1: 11 partitions, 102 CPU nodes; before the slice rewrite U55 was 11).
 
 Numerics budget: the single partition is the whole network (softmax, layer norm and GELU as
 integer tables and rescales); TOSA-vs-float32 rounding differences accumulate with depth.
-Measured (seed 0): worst 3 LSB. We require <= 8 LSB and >= 99 % of elements within 1 LSB."""
+Measured (seed 0): ethos-u85-256 worst 3 LSB, >= 99 % of elements within 1 LSB; we require <= 8
+LSB and >= 99 %. ethos-u55-128 worst 3 LSB, 85 % within 1 LSB (lowered in ~650 s on 2 shared
+cores); we require <= 8 LSB and >= 80 %."""
 
 import time
 
@@ -18,16 +22,16 @@ from ethosu_ng.tosa_reference import check_delegates
 timm = pytest.importorskip("timm")
 
 
-@pytest.mark.slow
-def test_swin_tiny_u85_is_one_partition():
+def _one_partition(target: str, within_1_lsb: float):
     t0 = time.time()
     torch.manual_seed(0)
     model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False).eval()
     x = (torch.randn(1, 3, 224, 224),)
-    spec = EthosUNGCompileSpec("ethos-u85-256", embed_tosa=True)
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
     q = quantize(model, x, spec, calibration=[x, (torch.randn(1, 3, 224, 224),)])
     edge, part = lower(q, x, spec)
-    print(f"swin_tiny lowered in {time.time() - t0:.0f} s: {len(part.report.partitions)} partitions")
+    print(f"swin_tiny {target} lowered in {time.time() - t0:.0f} s: "
+          f"{len(part.report.partitions)} partitions")
     compute_on_cpu = {n: t for n, t in part.report.cpu_targets.items() if "quantize" not in t}
     assert len(part.report.partitions) == 1, compute_on_cpu
     assert compute_on_cpu == {}
@@ -36,5 +40,15 @@ def test_swin_tiny_u85_is_one_partition():
     print(f"worst delegate difference {r.worst} LSB")
     assert r.worst <= 8
     for a, b in zip(r.outputs_tosa, r.outputs_ref):
-        assert ((a.int() - b.int()).abs() <= 1).float().mean().item() >= 0.99
+        assert ((a.int() - b.int()).abs() <= 1).float().mean().item() >= within_1_lsb
     edge.to_executorch()
+
+
+@pytest.mark.slow
+def test_swin_tiny_u85_is_one_partition():
+    _one_partition("ethos-u85-256", 0.99)
+
+
+@pytest.mark.slow
+def test_swin_tiny_u55_is_one_partition():
+    _one_partition("ethos-u55-128", 0.80)
