@@ -9,7 +9,10 @@ round; the partitioner re-partitions and compiles again until everything compile
 
 Op signatures (op, argument types, constant arguments) that failed are remembered: a later
 failing partition holding the same signature moves those ops at once, without bisecting again,
-so a model with 20 identical blocks pays for one search, not 20.
+so a model with 20 identical blocks pays for one search, not 20. Failing partitions are first
+tried without the ops of the same *kind* (op, argument ranks and which dims are 1: the same
+layer at another stage of the network, e.g. Swin's window attention at each resolution) before
+a new search; if that does not fix it, the next round bisects.
 """
 
 from __future__ import annotations
@@ -47,11 +50,27 @@ def op_signature(node: Node) -> str:
     return f"{op_name(node.target)}{_type_of(node.args)}{_type_of(node.kwargs)}->{_type_of(node)}"
 
 
+def _kind_of(a) -> str:
+    if isinstance(a, Node):
+        v = a.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            return f"{v.dtype}[{''.join('1' if d == 1 else 'n' for d in v.shape)}]"
+        return "?"
+    if isinstance(a, (list, tuple)):
+        return "(" + ",".join(_kind_of(x) for x in a) + ")"
+    return "c"
+
+
+def op_kind(node: Node) -> str:
+    """Coarser than ``op_signature``: the op and its arguments' ranks and unit dims."""
+    return f"{op_name(node.target)}{_kind_of(node.args)}->{_kind_of(node)}"
+
+
 @dataclass
 class Culprit:
     node: Node
     error: VelaError   # what Vela said on the smallest failing piece holding the op
-    known: bool = False  # matched a signature that failed before (no compile needed)
+    known: str = ""  # "signature" / "kind": matched an op that failed before (no search)
 
 
 @dataclass
@@ -61,16 +80,23 @@ class CulpritSearch:
     is_compute: Callable[[Node], bool]
     order: Callable[[Node], int]
     failed_signatures: Dict[str, VelaError] = field(default_factory=dict)
+    failed_kinds: Dict[str, VelaError] = field(default_factory=dict)
     compiles: int = 0  # candidate partitions compiled while searching (for the report / tests)
 
     def culprits(self, part: Set[Node], error: VelaError) -> List[Culprit]:
         """Ops of a partition that failed with ``error`` to keep on the CPU."""
-        known = [Culprit(n, self.failed_signatures[op_signature(n)], True)
-                 for n in part if self.is_compute(n) and op_signature(n) in self.failed_signatures]
+        compute = sorted((n for n in part if self.is_compute(n)), key=self.order)
+        known = [Culprit(n, self.failed_signatures[op_signature(n)], "signature")
+                 for n in compute if op_signature(n) in self.failed_signatures]
         if known:
-            return sorted(known, key=lambda c: self.order(c.node))
+            return known
+        similar = [Culprit(n, self.failed_kinds[op_kind(n)], "kind") for n in compute
+                   if op_kind(n) in self.failed_kinds]
+        if similar:
+            return similar
         found = self._search(part, error)
         self.failed_signatures[op_signature(found.node)] = found.error
+        self.failed_kinds[op_kind(found.node)] = found.error
         return [found]
 
     def _compile(self, parts: List[Set[Node]]) -> List[Optional[VelaError]]:

@@ -210,7 +210,9 @@ class EthosUNGPartitioner(Partitioner):
                 for part, error in failures:
                     for c in search.culprits(part, error):
                         why = (f"NPU compiler failed: Vela {c.error.what} on "
-                               f"{op_name(c.node.target)}: {c.error.last_words}")
+                               f"{op_name(c.node.target)}"
+                               + (" (an op of the same kind)" if c.known == "kind" else "")
+                               + f": {c.error.last_words}")
                         excluded[c.node] = why
                         report.compiler_fallback[c.node.name] = why
         excluded.update(removed)
