@@ -34,36 +34,32 @@ Propose = Callable[[Set[Node]], List[Set[Node]]]
 TryCompile = Callable[[List[Set[Node]]], List[Optional[VelaError]]]
 
 
-def _type_of(a) -> str:
+def _describe(a, tensor: Callable[[torch.Tensor], str], constant: Callable[[object], str]) -> str:
+    """Arguments as Vela would see them: tensors by ``tensor``, other values by ``constant``."""
     if isinstance(a, Node):
         v = a.meta.get("val")
-        if isinstance(v, torch.Tensor):
-            return f"{v.dtype}{tuple(v.shape)}"
-        return "?"
+        return tensor(v) if isinstance(v, torch.Tensor) else "?"
     if isinstance(a, (list, tuple)):
-        return "(" + ",".join(_type_of(x) for x in a) + ")"
-    return repr(a)
+        return "(" + ",".join(_describe(x, tensor, constant) for x in a) + ")"
+    if isinstance(a, dict):
+        return "{" + ",".join(f"{k}:{_describe(v, tensor, constant)}" for k, v in sorted(a.items())) + "}"
+    return constant(a)
+
+
+def _signature(node: Node, tensor, constant) -> str:
+    return (f"{op_name(node.target)}{_describe(node.args, tensor, constant)}"
+            f"{_describe(node.kwargs, tensor, constant)}->{_describe(node, tensor, constant)}")
 
 
 def op_signature(node: Node) -> str:
     """What Vela sees of an op: its kind, argument types/shapes and constant arguments."""
-    return f"{op_name(node.target)}{_type_of(node.args)}{_type_of(node.kwargs)}->{_type_of(node)}"
-
-
-def _kind_of(a) -> str:
-    if isinstance(a, Node):
-        v = a.meta.get("val")
-        if isinstance(v, torch.Tensor):
-            return f"{v.dtype}[{''.join('1' if d == 1 else 'n' for d in v.shape)}]"
-        return "?"
-    if isinstance(a, (list, tuple)):
-        return "(" + ",".join(_kind_of(x) for x in a) + ")"
-    return "c"
+    return _signature(node, lambda v: f"{v.dtype}{tuple(v.shape)}", repr)
 
 
 def op_kind(node: Node) -> str:
     """Coarser than ``op_signature``: the op and its arguments' ranks and unit dims."""
-    return f"{op_name(node.target)}{_kind_of(node.args)}->{_kind_of(node)}"
+    return _signature(node, lambda v: f"{v.dtype}[{''.join('1' if d == 1 else 'n' for d in v.shape)}]",
+                      lambda c: "c")
 
 
 @dataclass
