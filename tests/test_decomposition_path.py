@@ -1,0 +1,98 @@
+"""ops_to_not_decompose: when every node of a kept op would pass upstream's per-node filter, the
+partitioner says so with no filter, and executorch decomposes the program at most twice instead
+of three times. When the answer differs per node, the filter stays and the decision is per node."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.export import ExportedProgram
+
+from executorch.exir import to_edge_transform_and_lower
+
+from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner
+from ethosu_ng.export import quantize
+
+from conftest import calibration_batches
+
+LINEAR = torch.ops.aten.linear.default
+HARDSWISH = torch.ops.aten.hardswish.default
+
+
+class LinearHardswish(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.fc2(F.hardswish(self.fc1(x)))
+
+
+def _quantized_program():
+    torch.manual_seed(0)
+    model, x = LinearHardswish().eval(), (torch.randn(2, 16),)
+    spec = EthosUNGCompileSpec("ethos-u55-128")
+    q = quantize(model, x, spec, calibration=calibration_batches(x))
+    return torch.export.export(q, x), spec
+
+
+def _count_decompositions(monkeypatch):
+    calls = []
+    orig = ExportedProgram.run_decompositions
+
+    def counting(self, *a, **k):
+        calls.append(1)
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(ExportedProgram, "run_decompositions", counting)
+    return calls
+
+
+def test_all_nodes_quantized_means_no_filter_and_two_decompositions(monkeypatch):
+    ep, spec = _quantized_program()
+    part = EthosUNGPartitioner(spec)
+    ops, filter_fn = part.ops_to_not_decompose(part.transform_for_pre_decomposition(ep))
+    assert filter_fn is None
+    assert set(ops) == {LINEAR, HARDSWISH}  # only the kept ops the graph holds
+
+    ep, spec = _quantized_program()
+    calls = _count_decompositions(monkeypatch)
+    part = EthosUNGPartitioner(spec)
+    edge = to_edge_transform_and_lower(ep, partitioner=[part])
+    # functionalize, plus a table pass only if the graph holds an op to decompose; the
+    # filter path costs three.
+    assert 1 <= len(calls) <= 2, f"expected at most two decompositions, got {len(calls)}"
+    # linear and hardswish were kept whole and delegated: nothing but the delegate computes.
+    gm = edge.exported_program().graph_module
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert any("executorch_call_delegate" in t for t in targets)
+    assert not any("linear" in t or "hardswish" in t or "addmm" in t for t in targets), targets
+    assert len(part.report.partitions) == 1
+
+
+def test_mixed_nodes_keep_the_per_node_filter():
+    """One linear between DQ and Q, one in float: the answer differs per node, so the filter
+    stays (executorch then decomposes the float one and keeps the quantized one)."""
+    ep, spec = _quantized_program()
+    part = EthosUNGPartitioner(spec)
+    program = part.transform_for_pre_decomposition(ep)
+    g = program.graph_module.graph
+    first_linear = next(n for n in g.nodes if n.target == LINEAR)
+    # Add a float linear on the program input, and return its result too.
+    x = next(n for n in g.nodes if n.op == "placeholder" and n.name not in
+             program.graph_signature.inputs_to_parameters and n.name not in
+             program.graph_signature.inputs_to_buffers)
+    with g.inserting_after(first_linear):
+        float_linear = g.call_function(LINEAR, (x, first_linear.args[1]))
+    float_linear.meta = dict(first_linear.meta)
+    ops, filter_fn = part.ops_to_not_decompose(program)
+    assert filter_fn is not None
+    assert LINEAR in ops
+    assert filter_fn(first_linear) and not filter_fn(float_linear)
+
+
+def test_pinned_op_is_never_kept():
+    ep, spec = _quantized_program()
+    part = EthosUNGPartitioner(spec, cpu_ops=["aten.linear.default"])
+    ops, filter_fn = part.ops_to_not_decompose(part.transform_for_pre_decomposition(ep))
+    assert LINEAR not in ops and filter_fn is None
