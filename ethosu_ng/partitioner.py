@@ -215,8 +215,10 @@ class EthosUNGPartitioner(Partitioner):
                 failures = trial.compile_final(parts) if trial.enabled else []
                 if not failures:
                     break
-                if not self.compile_spec.cpu_fallback or round_ == _MAX_FALLBACK_ROUNDS:
+                if not self.compile_spec.cpu_fallback:
                     raise failures[0][1]
+                if round_ == _MAX_FALLBACK_ROUNDS:
+                    raise _gave_up(failures[0][1], round_, report.compiler_fallback)
                 for part, error in failures:
                     for c in search.culprits(part, error):
                         why = (f"NPU compiler failed: Vela {c.error.what} on "
@@ -265,6 +267,15 @@ class EthosUNGPartitioner(Partitioner):
             tagged_exported_program=program,
             partition_tags={tag: self.delegation_spec for tag in report.partitions},
         )
+
+
+def _gave_up(error: VelaError, rounds: int, moved: Dict[str, str]) -> VelaError:
+    """The last Vela failure, saying that CPU fallback ran out of rounds and what it moved."""
+    names = ", ".join(list(moved)[:8]) + (", ..." if len(moved) > 8 else "")
+    return VelaError(error.partition, error.target,
+                     f"{error.what}; CPU fallback gave up: still failing after {rounds} round(s) "
+                     f"({len(moved)} op(s) moved to the CPU: {names or '-'})",
+                     error.last_words)
 
 
 def _boundary_qparams(io: PartitionIO):

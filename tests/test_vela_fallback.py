@@ -189,3 +189,18 @@ def test_real_vela_segfault_falls_back(monkeypatch):
     assert float_boundary_tensors(edge.exported_program()) == []
     assert max(r.worst for r in check_delegates(edge, data[0])) <= 1
     edge.to_executorch()
+
+
+def test_fallback_that_runs_out_of_rounds_says_so(fake_vela, monkeypatch):
+    from ethosu_ng import partitioner
+
+    # No fallback round allowed: the first failure is final, and the error says why.
+    fake_vela(["MAX_POOL2D"], how="error")
+    monkeypatch.setattr(partitioner, "_MAX_FALLBACK_ROUNDS", 0)
+    spec = EthosUNGCompileSpec("ethos-u55-128")
+    q, x = _quantized(spec)
+    with pytest.raises(VelaError) as e:
+        lower(q, x, spec)
+    msg = str(e.value)
+    assert "failed (exit 1); CPU fallback gave up: still failing after 0 round(s)" in msg, msg
+    assert "ethos-u55-128" in msg and "fake vela: refusing ['MAX_POOL2D']" in msg
