@@ -1,6 +1,6 @@
 """Vela stage: TOSA flatbuffer -> Ethos-U command stream, weights and IO placement.
 
-Vela runs in a child process with a time limit: a Vela crash (SIGSEGV has been seen on
+Vela runs in a child process (``vela_process``) with a time limit: a Vela crash (SIGSEGV has been seen on
 mobilevit_s / swin for U55) or hang becomes a ``VelaError`` naming the partition, the target and
 Vela's last words, instead of killing the user's export.
 """
@@ -10,8 +10,6 @@ from __future__ import annotations
 import csv
 import os
 import signal
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -19,6 +17,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .compile_spec import EthosUNGCompileSpec
+from .vela_process import run_vela
 
 _VELA_MAIN = "import sys; from ethosu.vela.vela import main; sys.exit(main(sys.argv[1:]))"
 
@@ -68,23 +67,20 @@ def compile_tosa(tosa: bytes, spec: EthosUNGCompileSpec, partition: str = "deleg
         with open(tosa_path, "wb") as f:
             f.write(tosa)
         out_dir = os.path.join(tmp, "out")
-        cmd = [sys.executable, "-c", _VELA_MAIN, *spec.vela_flags(), f"--output-dir={out_dir}", tosa_path]
-        try:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  timeout=spec.vela_timeout_s, text=True, errors="replace")
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode(errors="replace")
+        argv = [*spec.vela_flags(), f"--output-dir={out_dir}", tosa_path]
+        run = run_vela(_VELA_MAIN, argv, tmp, spec.vela_timeout_s)
+        if run.returncode is None:
             raise VelaError(partition, spec.target, f"timed out after {spec.vela_timeout_s:g} s",
-                            _last_words(out)) from None
-        if proc.returncode < 0:
-            sig = signal.Signals(-proc.returncode).name
-            raise VelaError(partition, spec.target, f"crashed ({sig})", _last_words(proc.stdout))
-        if proc.returncode != 0:
-            raise VelaError(partition, spec.target, f"failed (exit {proc.returncode})",
-                            _last_words(proc.stdout))
+                            _last_words(run.output))
+        if run.returncode < 0:
+            sig = signal.Signals(-run.returncode).name
+            raise VelaError(partition, spec.target, f"crashed ({sig})", _last_words(run.output))
+        if run.returncode != 0:
+            raise VelaError(partition, spec.target, f"failed (exit {run.returncode})",
+                            _last_words(run.output))
         npz = os.path.join(out_dir, "net_vela.npz")
         if not os.path.exists(npz):
-            raise VelaError(partition, spec.target, "produced no output", _last_words(proc.stdout))
+            raise VelaError(partition, spec.target, "produced no output", _last_words(run.output))
         result = _read_npz(npz)
         for name in os.listdir(out_dir):
             if name.startswith("net_summary") and name.endswith(".csv"):

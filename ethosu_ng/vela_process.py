@@ -1,0 +1,213 @@
+"""Vela child processes, forked from a waiting process that has already imported Vela.
+
+Vela runs outside the exporting process so that a Vela crash or hang cannot take the export down
+(``vela_compiler``). Starting a fresh interpreter and importing Vela costs about 0.3 s of CPU per
+partition, which a program split into many partitions pays many times. So a *zygote* is started
+once: a small Python process that imports Vela and then, per request, forks a child that runs the
+Vela entry point on the request's arguments. Each compile is still its own process, forked from
+the same never-used state, so containment and results are as with a fresh interpreter.
+
+Protocol (JSON lines): the request carries the entry point source, its arguments, the caller's
+environment and directory, a log path and the time limit; the zygote answers ``{"pid"}`` once it
+has forked and ``{"status": waitstatus}`` when the child has ended. The child writes its output to
+``log``, and an alarm it sets itself ends it after ``timeout`` s even if the exporting process
+has gone. A zygote that misbehaves is discarded and the compile runs in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+_ZYGOTE = r"""
+import json, os, signal, sys
+import ethosu.vela.vela  # the import every compile would otherwise pay
+sys.stdout.write("ready\n"); sys.stdout.flush()
+for line in sys.stdin:
+    req = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.environ.clear(); os.environ.update(req["env"]); os.chdir(req["cwd"])
+            null = os.open(os.devnull, os.O_RDONLY)
+            log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(null, 0); os.dup2(log, 1); os.dup2(log, 2)
+            signal.alarm(max(1, int(req["timeout"] + 0.999)))
+            sys.argv = ["vela", *req["argv"]]
+            exec(compile(req["main"], "<vela>", "exec"), {"__name__": "__main__"})
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            import traceback; traceback.print_exc(); code = 1
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(code)
+    sys.stdout.write(json.dumps({"pid": pid}) + "\n"); sys.stdout.flush()
+    _, status, ru = os.wait4(pid, 0)
+    t = os.times()
+    sys.stdout.write(json.dumps({"status": status, "child_cpu": ru.ru_utime + ru.ru_stime,
+                                 "own_cpu": t.user + t.system}) + "\n"); sys.stdout.flush()
+"""
+
+# Extra seconds the exporting process waits beyond the child's own alarm before it gives up on
+# the zygote as well.
+_GRACE_S = 30.0
+
+
+@dataclass
+class Outcome:
+    returncode: Optional[int]  # negative: killed by that signal; None: timed out
+    output: str
+
+
+class _Zygote:
+    def __init__(self) -> None:
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")  # fork-safe numpy
+        self.proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        self.out, self.pending = self.proc.stdout.fileno(), b""
+        self.child_cpu = self.own_cpu = 0.0  # CPU seconds, as last reported by the zygote
+        if self._readline(60.0) != "ready":
+            self.close()
+            raise OSError("Vela zygote did not start")
+
+    def _readline(self, timeout: float) -> Optional[str]:
+        # Own buffer over the raw pipe: a buffered reader may hold the next answer already,
+        # and select() would then wait for bytes that have arrived.
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.out], [], [], left)[0]:
+                return None
+            chunk = os.read(self.out, 1 << 16)
+            if not chunk:
+                return None  # the zygote has gone
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        return line.decode().strip()
+
+    def run(self, main: str, argv: List[str], log: str, timeout: float) -> Optional[int]:
+        """The child's wait status, or None if it outlived its alarm by ``_GRACE_S`` (then it
+        is killed). Raises OSError if the zygote itself failed."""
+        req = json.dumps({"main": main, "argv": argv, "log": log, "timeout": timeout,
+                          "env": dict(os.environ), "cwd": os.getcwd()})
+        self.proc.stdin.write(req.encode() + b"\n")
+        self.proc.stdin.flush()
+        line = self._readline(_GRACE_S)
+        if not line:
+            raise OSError("Vela zygote did not fork")
+        pid = int(json.loads(line)["pid"])
+        line = self._readline(timeout + _GRACE_S)
+        if not line:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            return None
+        answer = json.loads(line)
+        self.child_cpu += float(answer["child_cpu"])
+        self.own_cpu = float(answer["own_cpu"])
+        return int(answer["status"])
+
+    def close(self) -> None:
+        try:
+            self.proc.kill()
+            self.proc.wait(5)
+        except Exception:
+            pass
+
+
+class _ZygotePool:
+    """Idle zygotes; a thread takes one for a compile, so parallel compiles use separate ones."""
+
+    def __init__(self) -> None:
+        self.idle: "queue.SimpleQueue[_Zygote]" = queue.SimpleQueue()
+        self.all: List[_Zygote] = []
+        self.lock = threading.Lock()
+        self.broken = False
+        atexit.register(self.close)
+        # A forked copy of this process must not talk to (or kill) its parent's zygotes.
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self.idle = queue.SimpleQueue()
+        self.all = []
+        self.lock = threading.Lock()
+
+    def run(self, main: str, argv: List[str], log: str, timeout: float) -> Tuple[bool, Optional[int]]:
+        """(ran, wait status): ran is False when no zygote could be used; status is None when
+        the child hung past its own alarm."""
+        if self.broken:
+            return False, None
+        try:
+            z = self.idle.get_nowait()
+        except queue.Empty:
+            try:
+                z = _Zygote()
+            except OSError:
+                self.broken = True  # e.g. Vela cannot be imported: fresh interpreters from now on
+                return False, None
+            with self.lock:
+                self.all.append(z)
+        try:
+            status = z.run(main, argv, log, timeout)
+        except (OSError, ValueError, KeyError):
+            z.close()
+            return False, None
+        if status is None:
+            z.close()  # its waitpid still hangs on the killed child; do not reuse
+        else:
+            self.idle.put(z)
+        return True, status
+
+    def cpu_seconds(self) -> float:
+        with self.lock:
+            return sum(z.child_cpu + z.own_cpu for z in self.all)
+
+    def close(self) -> None:
+        with self.lock:
+            for z in self.all:
+                z.close()
+            self.all.clear()
+
+
+_POOL = _ZygotePool() if hasattr(os, "fork") else None
+
+
+def cpu_seconds() -> float:
+    """CPU seconds used so far by this process's zygotes and the Vela children they reaped:
+    children of children, which ``os.times()`` of this process does not count."""
+    return _POOL.cpu_seconds() if _POOL is not None else 0.0
+
+
+def run_vela(main: str, argv: List[str], workdir: str, timeout: float) -> Outcome:
+    """Run the Vela entry point source ``main`` with ``argv`` in a child process."""
+    log = os.path.join(workdir, "vela.log")
+    ran, status = _POOL.run(main, argv, log, timeout) if _POOL is not None else (False, None)
+    if ran:
+        output = ""
+        if os.path.exists(log):
+            with open(log, errors="replace") as f:
+                output = f.read()
+        if status is None:
+            return Outcome(None, output)
+        code = os.waitstatus_to_exitcode(status)
+        return Outcome(None if code == -signal.SIGALRM else code, output)
+    # Fresh interpreter: no fork() on this platform, or the zygote failed.
+    try:
+        proc = subprocess.run([sys.executable, "-c", main, *argv], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=timeout, text=True, errors="replace")
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode(errors="replace")
+        return Outcome(None, out)
+    return Outcome(proc.returncode, proc.stdout)

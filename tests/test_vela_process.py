@@ -1,0 +1,78 @@
+"""vela_process: each compile is its own child (crash, hang and exit code are seen as from a fresh
+interpreter), forked from one reused zygote that sees the caller's current environment."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from ethosu_ng import vela_process
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    p = vela_process._ZygotePool()
+    monkeypatch.setattr(vela_process, "_POOL", p)
+    yield p
+    p.close()
+
+
+def test_exit_code_output_and_zygote_reuse(pool, tmp_path):
+    src = "import os, sys; print('child', os.getpid(), sys.argv[1:]); sys.exit(3)"
+    a = vela_process.run_vela(src, ["--x", "1"], str(tmp_path), 10)
+    b = vela_process.run_vela(src, ["--y"], str(tmp_path), 10)
+    assert a.returncode == 3 and "['--x', '1']" in a.output
+    assert b.returncode == 3 and "['--y']" in b.output
+    assert a.output.split()[1] != b.output.split()[1]  # two children...
+    assert len(pool.all) == 1  # ...of one zygote
+
+
+def test_segfault_is_a_signal_not_a_crash_of_ours(pool, tmp_path):
+    src = "import os, signal; print('about to crash', flush=True); os.kill(os.getpid(), signal.SIGSEGV)"
+    r = vela_process.run_vela(src, [], str(tmp_path), 10)
+    assert r.returncode == -signal.SIGSEGV and "about to crash" in r.output
+    ok = vela_process.run_vela("print('still fine')", [], str(tmp_path), 10)
+    assert ok.returncode == 0 and "still fine" in ok.output and len(pool.all) == 1
+
+
+def test_hang_is_ended_by_the_time_limit(pool, tmp_path):
+    t = time.monotonic()
+    r = vela_process.run_vela("import time; print('waiting', flush=True); time.sleep(60)",
+                              [], str(tmp_path), 1)
+    assert r.returncode is None and "waiting" in r.output
+    assert time.monotonic() - t < 10
+
+
+def test_child_sees_the_environment_and_directory_of_the_call(pool, tmp_path, monkeypatch):
+    src = "import os; print(os.environ.get('ETHOSU_NG_PROBE'), os.getcwd())"
+    vela_process.run_vela(src, [], str(tmp_path), 10)  # zygote started before the change
+    monkeypatch.setenv("ETHOSU_NG_PROBE", "late-value")
+    monkeypatch.chdir(tmp_path)
+    r = vela_process.run_vela(src, [], str(tmp_path), 10)
+    assert r.output.split() == ["late-value", str(tmp_path)]
+
+
+def test_forked_process_does_not_share_the_parents_zygotes(pool, tmp_path):
+    vela_process.run_vela("pass", [], str(tmp_path), 10)
+    assert len(pool.all) == 1
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if pool.all == [] and pool.idle.empty() else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(pool.all) == 1
+
+
+def test_without_a_zygote_a_fresh_interpreter_runs_it(pool, tmp_path):
+    pool.broken = True
+    r = vela_process.run_vela("import sys; print('fresh'); sys.exit(2)", [], str(tmp_path), 10)
+    assert r.returncode == 2 and "fresh" in r.output and pool.all == []
+
+
+def test_cpu_of_zygote_children_is_accounted(pool, tmp_path):
+    before = vela_process.cpu_seconds()
+    r = vela_process.run_vela("import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.5: pass", [], str(tmp_path), 10)
+    assert r.returncode == 0
+    assert vela_process.cpu_seconds() - before >= 0.5  # the child's burn, plus the zygote
