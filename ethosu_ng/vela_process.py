@@ -42,7 +42,7 @@ for line in sys.stdin:
             null = os.open(os.devnull, os.O_RDONLY)
             log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(null, 0); os.dup2(log, 1); os.dup2(log, 2)
-            signal.alarm(max(1, int(req["timeout"] + 0.999)))
+            signal.alarm(max(1, int(min(req["timeout"] + 0.999, 2 ** 31 - 1))))
             sys.argv = ["vela", *req["argv"]]
             exec(compile(req["main"], "<vela>", "exec"), {"__name__": "__main__"})
             code = 0
@@ -87,8 +87,10 @@ class _Zygote:
         deadline = time.monotonic() + timeout
         while b"\n" not in self.pending:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.out], [], [], left)[0]:
+            if left <= 0:
                 return None
+            if not select.select([self.out], [], [], min(left, 3600.0))[0]:
+                continue  # (waits of an hour at most: select() refuses an infinite timeout)
             chunk = os.read(self.out, 1 << 16)
             if not chunk:
                 return None  # the zygote has gone

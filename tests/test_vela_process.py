@@ -76,3 +76,8 @@ def test_cpu_of_zygote_children_is_accounted(pool, tmp_path):
                               "while time.process_time() - t < 0.5: pass", [], str(tmp_path), 10)
     assert r.returncode == 0
     assert vela_process.cpu_seconds() - before >= 0.5  # the child's burn, plus the zygote
+
+
+def test_unbounded_time_limit_is_accepted(pool, tmp_path):
+    r = vela_process.run_vela("print('ok')", [], str(tmp_path), float("inf"))
+    assert r.returncode == 0 and "ok" in r.output and len(pool.all) == 1
