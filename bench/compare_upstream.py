@@ -11,6 +11,8 @@ as a crash instead of ending the benchmark.
 Models: anything ``ethosu-ng compile`` accepts, plus ``scenario:attention_bmm`` (attention block,
 bmm on the CPU) and ``scenario:conv_split_bmm`` (conv -> split -> one branch into a CPU bmm).
 Prints a markdown table (one row per model and partitioner, plus an ours/upstream ratio row).
+``--repeat N`` lowers each model N times per partitioner, alternating, and reports the fastest
+run of each (a shared or virtual machine only ever adds time).
 """
 
 from __future__ import annotations
@@ -166,13 +168,16 @@ def main():
     ap.add_argument("--force-cpu", nargs="*", default=[], metavar="OP")
     ap.add_argument("--calibration", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=1800)
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="lowerings per partitioner, alternating; the fastest is reported")
     args = ap.parse_args()
 
     from ethosu_ng import EthosUNGCompileSpec
     from ethosu_ng.export import quantize
 
     print(f"target {args.target}; force-cpu {args.force_cpu or '-'}; torch {torch.__version__}; "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores\n")
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+          f"fastest of {max(1, args.repeat)} lowering(s) each\n")
     print("| model | partitioner | partitions | ops delegated/total | CPU ops (non-Q/DQ) | "
           "float boundary tensors | Vela NPU cycles | Vela SRAM KiB | .pte bytes | lowering s | lowering CPU s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -182,11 +187,16 @@ def main():
         g = torch.Generator().manual_seed(1)
         calib = [tuple(torch.randn(t.shape, generator=g) for t in x) for _ in range(args.calibration)]
         q = quantize(model, x, EthosUNGCompileSpec(args.target), calibration=calib)
+        runs = {"upstream": [], "ethosu_ng": []}
+        for _ in range(max(1, args.repeat)):
+            for who in runs:
+                status, r = run_isolated(who, q, x, args.target, force, args.timeout)
+                runs[who].append(r if status == "ok" else str(r))
         results = {}
-        for who in ("upstream", "ethosu_ng"):
-            status, r = run_isolated(who, q, x, args.target, force, args.timeout)
-            results[who] = r
-            print(row(spec_str, who, r if status == "ok" else r), flush=True)
+        for who, rs in runs.items():
+            errors = [r for r in rs if isinstance(r, str)]  # any failed run is what to report
+            results[who] = errors[0] if errors else min(rs, key=lambda r: r["lower_cpu_s"])
+            print(row(spec_str, who, results[who]), flush=True)
         up, ours = results["upstream"], results["ethosu_ng"]
         if isinstance(up, dict) and isinstance(ours, dict):
             cyc = ours["cycles"] / up["cycles"] if up["cycles"] else float("nan")
