@@ -167,7 +167,7 @@ class _ZygotePool:
             z.close()
             return False, None
         if status is None:
-            z.close()  # its waitpid still hangs on the killed child; do not reuse
+            z.close()  # its late answer about the killed child would pass for the next one's
         else:
             self.idle.put(z)
         return True, status
