@@ -105,10 +105,9 @@ def markdown(rows) -> str:
             "U55, 16 LSB over 12 blocks in one partition). Against the same quantized graph evaluated in "
             "float64 (`ethosu_ng.op_numerics.check_ops`) the TOSA graphs are within 1 LSB "
             "(mobilevit_s: 0 LSB on 60 of 61 delegates; tests/zoo/).", "",
-            "Stale rows: mobilevit_s and swin_tiny for ethos-u55-128 were measured before "
-            "`passes/slice_on_merged_axis.py` (session 2); both are now one partition with no CPU "
-            "compute (tests/zoo/test_one_partition.py). Refresh with `python bench/zoo_table.py "
-            "--models timm:mobilevit_s timm:swin_tiny_patch4_window7_224 --targets ethos-u55-128`."]
+            "mobilevit_s and swin_tiny for ethos-u55-128 were re-measured in session 3, after "
+            "`passes/slice_on_merged_axis.py`: one partition, no CPU compute (upstream's Vela "
+            "compile crashes on both for U55; docs/benchmarks.md)."]
     return "\n".join(out)
 
 
