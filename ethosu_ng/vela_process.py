@@ -32,12 +32,27 @@ from typing import List, Optional, Tuple
 _ZYGOTE = r"""
 import json, os, signal, sys
 import ethosu.vela.vela  # the import every compile would otherwise pay
+# Dispositions and masks are inherited from the exporter: wait4 needs SIGCHLD, the time limit SIGALRM.
+signal.signal(signal.SIGCHLD, signal.SIG_DFL); signal.signal(signal.SIGALRM, signal.SIG_DFL)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD, signal.SIGALRM})
+try:
+    import ctypes
+    libc = ctypes.CDLL(None)
+except Exception:
+    libc = None
+def die_with_zygote():
+    # An orphaned compile must not run on next to the retry the exporter then starts.
+    try:
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
 sys.stdout.write("ready\n"); sys.stdout.flush()
 for line in sys.stdin:
     req = json.loads(line)
     pid = os.fork()
     if pid == 0:
         try:
+            die_with_zygote()
             os.environ.clear(); os.environ.update(req["env"]); os.chdir(req["cwd"])
             null = os.open(os.devnull, os.O_RDONLY)
             log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -75,10 +90,18 @@ class _Zygote:
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")  # fork-safe numpy
         self.proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
         self.out, self.pending = self.proc.stdout.fileno(), b""
+        self.poller = select.poll()
+        self.poller.register(self.out, select.POLLIN)
         self.child_cpu = self.own_cpu = 0.0  # CPU seconds, as last reported by the zygote
         if self._readline(60.0) != "ready":
-            self.close()
             raise OSError("Vela zygote did not start")
 
     def _readline(self, timeout: float) -> Optional[str]:
@@ -89,18 +112,19 @@ class _Zygote:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            if not select.select([self.out], [], [], min(left, 3600.0))[0]:
-                continue  # (waits of an hour at most: select() refuses an infinite timeout)
+            # poll, not select: select() refuses descriptors >= 1024 and infinite timeouts
+            if not self.poller.poll(int(min(left, 3600.0) * 1000) + 1):
+                continue
             chunk = os.read(self.out, 1 << 16)
             if not chunk:
-                return None  # the zygote has gone
+                raise OSError("Vela zygote has gone")
             self.pending += chunk
         line, _, self.pending = self.pending.partition(b"\n")
         return line.decode().strip()
 
     def run(self, main: str, argv: List[str], log: str, timeout: float) -> Optional[int]:
-        """The child's wait status, or None if it outlived its alarm by ``_GRACE_S`` (then it
-        is killed). Raises OSError if the zygote itself failed."""
+        """The child's wait status, or None if it outlived its alarm by ``_GRACE_S``. Raises
+        OSError if the zygote itself failed."""
         req = json.dumps({"main": main, "argv": argv, "log": log, "timeout": timeout,
                           "env": dict(os.environ), "cwd": os.getcwd()})
         self.proc.stdin.write(req.encode() + b"\n")
@@ -108,14 +132,10 @@ class _Zygote:
         line = self._readline(_GRACE_S)
         if not line:
             raise OSError("Vela zygote did not fork")
-        pid = int(json.loads(line)["pid"])
+        int(json.loads(line)["pid"])  # forked
         line = self._readline(timeout + _GRACE_S)
         if not line:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-            return None
+            return None  # the pool kills this zygote, and the child with it (PR_SET_PDEATHSIG)
         answer = json.loads(line)
         self.child_cpu += float(answer["child_cpu"])
         self.own_cpu = float(answer["own_cpu"])
@@ -127,6 +147,11 @@ class _Zygote:
             self.proc.wait(5)
         except Exception:
             pass
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except Exception:
+                pass
 
 
 class _ZygotePool:
@@ -156,21 +181,28 @@ class _ZygotePool:
         except queue.Empty:
             try:
                 z = _Zygote()
-            except OSError:
+            except Exception:
                 self.broken = True  # e.g. Vela cannot be imported: fresh interpreters from now on
                 return False, None
             with self.lock:
                 self.all.append(z)
         try:
             status = z.run(main, argv, log, timeout)
-        except (OSError, ValueError, KeyError):
-            z.close()
+        except Exception:
+            self._discard(z)
             return False, None
         if status is None:
-            z.close()  # its late answer about the killed child would pass for the next one's
+            self._discard(z)  # its late answer about the killed child would pass for the next one's
         else:
             self.idle.put(z)
         return True, status
+
+    def _discard(self, z: _Zygote) -> None:
+        # Reaped by us, so its CPU (and its children's) now shows in os.times() instead.
+        with self.lock:
+            if z in self.all:
+                self.all.remove(z)
+        z.close()
 
     def cpu_seconds(self) -> float:
         with self.lock:
@@ -183,7 +215,8 @@ class _ZygotePool:
             self.all.clear()
 
 
-_POOL = _ZygotePool() if hasattr(os, "fork") else None
+# Linux only: fork without exec after numpy is loaded is not safe everywhere (macOS).
+_POOL = _ZygotePool() if sys.platform.startswith("linux") else None
 
 
 def cpu_seconds() -> float:
@@ -208,7 +241,8 @@ def run_vela(main: str, argv: List[str], workdir: str, timeout: float) -> Outcom
     # Fresh interpreter: no fork() on this platform, or the zygote failed.
     try:
         proc = subprocess.run([sys.executable, "-c", main, *argv], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=timeout, text=True, errors="replace")
+                              stderr=subprocess.STDOUT, text=True, errors="replace",
+                              timeout=timeout if timeout < 1e6 else None)  # (no overflow)
     except subprocess.TimeoutExpired as e:
         out = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode(errors="replace")
         return Outcome(None, out)
