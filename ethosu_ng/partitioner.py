@@ -157,13 +157,17 @@ class EthosUNGPartitioner(Partitioner):
         # A filter makes executorch decompose the whole program twice more (EDGE_DO_NOT_DECOMP),
         # about a third of edge generation. When every node of a kept op passes it already, the
         # answer is known: keep exactly the ops present and return no filter. A node that passes
-        # here passes after decomposition too (its DQ inputs, Q users and dtype do not change);
-        # an op only a decomposition would create is decomposed, which is always CPU-runnable.
-        present = {n.target for n in program.graph_module.graph.nodes
-                   if n.op == "call_function" and n.target in set(ops)}
-        if all(filter_fn(n) for n in program.graph_module.graph.nodes
-               if n.op == "call_function" and n.target in present):
-            return [op for op in ops if op in present], None
+        # here passes after decomposition too (its DQ inputs, Q users and dtype do not change).
+        # Only the top-level graph is checked, so a program with control flow keeps the filter.
+        # Left unchecked: a node of a kept op that a decomposition creates (none is known for
+        # upstream's list) is kept if that op already occurs, and decomposed if not.
+        nodes = [n for n in program.graph_module.graph.nodes if n.op == "call_function"]
+        if not any(isinstance(n.target, torch._ops.HigherOrderOperator) for n in nodes):
+            kept = set(ops)
+            present = {n.target for n in nodes if n.target in kept}
+            if all(filter_fn(n) for n in nodes if n.target in present):
+                # As executorch would on its filter path: drop ops it cannot keep (aliasing ...).
+                return upstream.keepable_ops([op for op in ops if op in present]), None
         return ops, filter_fn
 
     # -- stages 2-6 ---------------------------------------------------------------------------

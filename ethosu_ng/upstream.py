@@ -39,6 +39,7 @@ __all__ = [
     "lowering_context",
     "operator_support",
     "ops_to_not_decompose",
+    "keepable_ops",
     "lower_to_tosa",
     "WhyNoPartitionReporter",
 ]
@@ -90,6 +91,14 @@ def ops_to_not_decompose(
     spec: EthosUNGCompileSpec, program: ExportedProgram
 ) -> Tuple[List[torch._ops.OpOverload], Optional[Callable[[torch.fx.Node], bool]]]:
     return _upstream_partitioner(spec).ops_to_not_decompose(program)
+
+
+def keepable_ops(ops: List[torch._ops.OpOverload]) -> List[torch._ops.OpOverload]:
+    """``ops`` without those executorch refuses to keep from decomposition (it applies this on the
+    path with a per-node filter only)."""
+    from executorch.exir.program._program import _remove_invalid_ops_for_not_decompose
+
+    return _remove_invalid_ops_for_not_decompose(list(ops))
 
 
 def lower_to_tosa(edge_program: ExportedProgram, spec: EthosUNGCompileSpec) -> bytes:

@@ -9,7 +9,7 @@ from torch.export import ExportedProgram
 
 from executorch.exir import to_edge_transform_and_lower
 
-from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner
+from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner, upstream
 from ethosu_ng.export import quantize
 
 from conftest import calibration_batches
@@ -78,7 +78,7 @@ def test_mixed_nodes_keep_the_per_node_filter():
     program = part.transform_for_pre_decomposition(ep)
     g = program.graph_module.graph
     first_linear = next(n for n in g.nodes if n.target == LINEAR)
-    # Add a float linear on the program input, and return its result too.
+    # Add a float linear on the program input (the filter is asked about each node by itself).
     x = next(n for n in g.nodes if n.op == "placeholder" and n.name not in
              program.graph_signature.inputs_to_parameters and n.name not in
              program.graph_signature.inputs_to_buffers)
@@ -96,3 +96,19 @@ def test_pinned_op_is_never_kept():
     part = EthosUNGPartitioner(spec, cpu_ops=["aten.linear.default"])
     ops, filter_fn = part.ops_to_not_decompose(part.transform_for_pre_decomposition(ep))
     assert LINEAR not in ops and filter_fn is None
+
+
+def test_both_paths_give_the_same_program(monkeypatch):
+    """The no-filter answer is a shortcut, not a different lowering: same .pte bytes as when
+    executorch is handed the per-node filter."""
+    def pte(force_filter):
+        ep, spec = _quantized_program()
+        part = EthosUNGPartitioner(spec)
+        if force_filter:  # upstream's own answer: its op list and its per-node filter
+            monkeypatch.setattr(EthosUNGPartitioner, "ops_to_not_decompose",
+                                lambda self, program: upstream.ops_to_not_decompose(spec, program))
+        out = to_edge_transform_and_lower(ep, partitioner=[part]).to_executorch().buffer
+        monkeypatch.undo()
+        return out
+
+    assert pte(force_filter=False) == pte(force_filter=True)
