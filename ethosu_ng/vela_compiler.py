@@ -1,8 +1,8 @@
 """Vela stage: TOSA flatbuffer -> Ethos-U command stream, weights and IO placement.
 
-Vela runs in a child process (``vela_process``) with a time limit: a Vela crash (SIGSEGV has been seen on
-mobilevit_s / swin for U55) or hang becomes a ``VelaError`` naming the partition, the target and
-Vela's last words, instead of killing the user's export.
+Vela runs in a child process (``vela_process``) with a time limit: a Vela crash (SIGSEGV has been
+seen on mobilevit_s / swin for U55) or hang becomes a ``VelaError`` naming the partition, the
+target and Vela's last words, instead of killing the user's export.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Vela runs outside the exporting process so that a Vela crash or hang cannot take the export down
 (``vela_compiler``). Starting a fresh interpreter and importing Vela costs about 0.3 s of CPU per
-partition, which a program split into many partitions pays many times. So a *zygote* is started
+partition (0.27-0.40 s user for the import alone, measured), which a program split into many
+partitions pays many times. So a *zygote* is started
 once: a small Python process that imports Vela and then, per request, forks a child that runs the
 Vela entry point on the request's arguments. Each compile is still its own process, forked from
 the same never-used state, so containment and results are as with a fresh interpreter.
@@ -27,7 +28,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 _ZYGOTE = r"""
 import json, os, signal, sys
@@ -132,7 +133,7 @@ class _Zygote:
         line = self._readline(_GRACE_S)
         if not line:
             raise OSError("Vela zygote did not fork")
-        int(json.loads(line)["pid"])  # forked
+        json.loads(line)["pid"]  # the zygote has forked: from here on, silence is the child's
         line = self._readline(timeout + _GRACE_S)
         if not line:
             return None  # the pool kills this zygote, and the child with it (PR_SET_PDEATHSIG)
@@ -154,6 +155,10 @@ class _Zygote:
                 pass
 
 
+class _NoZygote(Exception):
+    """No zygote could run the compile (none can start, or it failed mid-way)."""
+
+
 class _ZygotePool:
     """Idle zygotes; a thread takes one for a compile, so parallel compiles use separate ones."""
 
@@ -171,11 +176,11 @@ class _ZygotePool:
         self.all = []
         self.lock = threading.Lock()
 
-    def run(self, main: str, argv: List[str], log: str, timeout: float) -> Tuple[bool, Optional[int]]:
-        """(ran, wait status): ran is False when no zygote could be used; status is None when
-        the child hung past its own alarm."""
+    def run(self, main: str, argv: List[str], log: str, timeout: float) -> Optional[int]:
+        """The child's wait status, None when it hung past its own alarm. Raises _NoZygote when
+        no zygote could run it."""
         if self.broken:
-            return False, None
+            raise _NoZygote
         try:
             z = self.idle.get_nowait()
         except queue.Empty:
@@ -183,19 +188,19 @@ class _ZygotePool:
                 z = _Zygote()
             except Exception:
                 self.broken = True  # e.g. Vela cannot be imported: fresh interpreters from now on
-                return False, None
+                raise _NoZygote from None
             with self.lock:
                 self.all.append(z)
         try:
             status = z.run(main, argv, log, timeout)
         except Exception:
             self._discard(z)
-            return False, None
+            raise _NoZygote from None
         if status is None:
             self._discard(z)  # its late answer about the killed child would pass for the next one's
         else:
             self.idle.put(z)
-        return True, status
+        return status
 
     def _discard(self, z: _Zygote) -> None:
         # Reaped by us, so its CPU (and its children's) now shows in os.times() instead.
@@ -228,17 +233,22 @@ def cpu_seconds() -> float:
 def run_vela(main: str, argv: List[str], workdir: str, timeout: float) -> Outcome:
     """Run the Vela entry point source ``main`` with ``argv`` in a child process."""
     log = os.path.join(workdir, "vela.log")
-    ran, status = _POOL.run(main, argv, log, timeout) if _POOL is not None else (False, None)
-    if ran:
-        output = ""
-        if os.path.exists(log):
-            with open(log, errors="replace") as f:
-                output = f.read()
-        if status is None:
-            return Outcome(None, output)
-        code = os.waitstatus_to_exitcode(status)
-        return Outcome(None if code == -signal.SIGALRM else code, output)
-    # Fresh interpreter: no fork() on this platform, or the zygote failed.
+    try:
+        if _POOL is None:
+            raise _NoZygote
+        status = _POOL.run(main, argv, log, timeout)
+    except _NoZygote:
+        return _run_fresh(main, argv, timeout)
+    output = ""
+    if os.path.exists(log):
+        with open(log, errors="replace") as f:
+            output = f.read()
+    code = None if status is None else os.waitstatus_to_exitcode(status)
+    return Outcome(None if code == -signal.SIGALRM else code, output)
+
+
+def _run_fresh(main: str, argv: List[str], timeout: float) -> Outcome:
+    """In a fresh interpreter: not on Linux, or the zygote failed."""
     try:
         proc = subprocess.run([sys.executable, "-c", main, *argv], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, errors="replace",
