@@ -5,8 +5,10 @@ calibration batches) and the same quantized module is lowered twice in this proc
 lowering runs in a forked child so a Vela segfault in upstream's in-process compile is reported
 as a crash instead of ending the benchmark.
 
-    python bench/compare_upstream.py timm:mobilenetv2_100 scenario:attention_bmm --target ethos-u55-128
-    python bench/compare_upstream.py timm:mobilevit_s --target ethos-u85-256 --force-cpu aten.exp.default
+    python bench/compare_upstream.py timm:mobilenetv2_100 scenario:attention_bmm \
+        --target ethos-u55-128
+    python bench/compare_upstream.py timm:mobilevit_s --target ethos-u85-256 \
+        --force-cpu aten.exp.default
 
 Models: anything ``ethosu-ng compile`` accepts, plus ``scenario:attention_bmm`` (attention block,
 bmm on the CPU) and ``scenario:conv_split_bmm`` (conv -> split -> one branch into a CPU bmm).
@@ -25,7 +27,7 @@ import platform
 import sys
 import tempfile
 import time
-import traceback
+from pathlib import Path
 
 import torch
 
@@ -64,15 +66,26 @@ def measure(edge, t_lower, vela_summaries):
         if n.target is torch.ops.higher_order.executorch_call_delegate:
             partitions += 1
             lm = getattr(gm, n.args[0].target)
-            delegated += sum(1 for m in lm.original_module.graph.nodes
-                             if m.op == "call_function" and is_compute(op_name(m.target)))
+            delegated += sum(
+                1
+                for m in lm.original_module.graph.nodes
+                if m.op == "call_function" and is_compute(op_name(m.target))
+            )
         elif is_compute(op_name(n.target)):
             cpu.append(op_name(n.target).replace("aten.", "").replace(".default", ""))
     cycles = sum(float(s.get("cycles_npu", 0) or 0) for s in vela_summaries)
     sram = sum(float(s.get("sram_memory_used", 0) or 0) for s in vela_summaries)
-    return {"partitions": partitions, "delegated": delegated, "total": delegated + len(cpu),
-            "cpu_ops": cpu, "float_boundary": len(float_boundary_tensors(program)),
-            "cycles": cycles, "sram_kib": sram, "lower_s": t_lower[0], "lower_cpu_s": t_lower[1]}
+    return {
+        "partitions": partitions,
+        "delegated": delegated,
+        "total": delegated + len(cpu),
+        "cpu_ops": cpu,
+        "float_boundary": len(float_boundary_tensors(program)),
+        "cycles": cycles,
+        "sram_kib": sram,
+        "lower_s": t_lower[0],
+        "lower_cpu_s": t_lower[1],
+    }
 
 
 def _cpu_s() -> float:
@@ -103,11 +116,15 @@ def lower_upstream(q, x, target, force_cpu):
     spec.dump_intermediate_artifacts_to(art)
     ep = torch.export.export(q, x)
     t0, c0 = time.time(), _cpu_s()
-    edge = to_edge_transform_and_lower(ep, partitioner=[EthosUPartitioner(spec, additional_checks=[ForceCpu()])])
+    edge = to_edge_transform_and_lower(
+        ep, partitioner=[EthosUPartitioner(spec, additional_checks=[ForceCpu()])]
+    )
     t = (time.time() - t0, _cpu_s() - c0)
     # Upstream keeps no Vela figures; recompile its dumped TOSA (outside the timing) to get them.
-    summaries = [compile_tosa(open(f, "rb").read(), EthosUNGCompileSpec(target), os.path.basename(f)).summary
-                 for f in sorted(glob.glob(os.path.join(art, "output_tag*.tosa")))]
+    summaries = [
+        compile_tosa(Path(f).read_bytes(), EthosUNGCompileSpec(target), os.path.basename(f)).summary
+        for f in sorted(glob.glob(os.path.join(art, "output_tag*.tosa")))
+    ]
     return edge, t, summaries
 
 
@@ -119,11 +136,15 @@ def lower_ours(q, x, target, force_cpu):
     ep = torch.export.export(q, x)
     t0, c0 = time.time(), _cpu_s()
     edge = to_edge_transform_and_lower(
-        ep, partitioner=[EthosUNGPartitioner(EthosUNGCompileSpec(target), cpu_ops=force_cpu)])
+        ep, partitioner=[EthosUNGPartitioner(EthosUNGCompileSpec(target), cpu_ops=force_cpu)]
+    )
     t = (time.time() - t0, _cpu_s() - c0)
     gm = edge.exported_program().graph_module
-    summaries = [getattr(gm, n).meta["_delegate_info_meta"].vela_summary
-                 for n in gm._modules if n.startswith("lowered_module")]
+    summaries = [
+        getattr(gm, n).meta["_delegate_info_meta"].vela_summary
+        for n in gm._modules
+        if n.startswith("lowered_module")
+    ]
     return edge, t, summaries
 
 
@@ -135,7 +156,9 @@ def _child(which, q, x, target, force_cpu, queue):
         metrics["pte"] = len(edge.to_executorch().buffer)
         queue.put(("ok", metrics))
     except BaseException as e:  # report, never hang the parent
-        queue.put(("error", f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"))
+        queue.put(
+            ("error", f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
+        )
 
 
 def run_isolated(which, q, x, target, force_cpu, timeout):
@@ -149,43 +172,63 @@ def run_isolated(which, q, x, target, force_cpu, timeout):
         return "error", f"timed out after {timeout} s"
     if not queue.empty():
         return queue.get()
-    return "error", f"crashed (exit code {p.exitcode}, signal {-p.exitcode if p.exitcode and p.exitcode < 0 else '-'})"
+    return (
+        "error",
+        f"crashed (exit code {p.exitcode}, "
+        f"signal {-p.exitcode if p.exitcode and p.exitcode < 0 else '-'})",
+    )
 
 
 def row(model, who, r):
     if isinstance(r, str):
         return f"| {model} | {who} | {r} |" + " |" * 8
     cpu = ", ".join(sorted(set(r["cpu_ops"]))) or "-"
-    return (f"| {model} | {who} | {r['partitions']} | {r['delegated']}/{r['total']} | "
-            f"{len(r['cpu_ops'])}: {cpu} | {r['float_boundary']} | {r['cycles']:,.0f} | "
-            f"{r['sram_kib']:,.1f} | {r['pte']:,} | {r['lower_s']:.1f} | {r['lower_cpu_s']:.1f} |")
+    return (
+        f"| {model} | {who} | {r['partitions']} | {r['delegated']}/{r['total']} | "
+        f"{len(r['cpu_ops'])}: {cpu} | {r['float_boundary']} | {r['cycles']:,.0f} | "
+        f"{r['sram_kib']:,.1f} | {r['pte']:,} | {r['lower_s']:.1f} | {r['lower_cpu_s']:.1f} |"
+    )
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("models", nargs="+")
     ap.add_argument("--target", default="ethos-u55-128")
     ap.add_argument("--force-cpu", nargs="*", default=[], metavar="OP")
     ap.add_argument("--calibration", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=1800)
-    ap.add_argument("--repeat", type=int, default=1, metavar="N",
-                    help="lowerings per partitioner, alternating; the fastest is reported")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="lowerings per partitioner, alternating; the fastest is reported",
+    )
     args = ap.parse_args()
 
     from ethosu_ng import EthosUNGCompileSpec
     from ethosu_ng.export import quantize
 
-    print(f"target {args.target}; force-cpu {args.force_cpu or '-'}; torch {torch.__version__}; "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-          f"fastest of {max(1, args.repeat)} lowering(s) each\n")
-    print("| model | partitioner | partitions | ops delegated/total | CPU ops (non-Q/DQ) | "
-          "float boundary tensors | Vela NPU cycles | Vela SRAM KiB | .pte bytes | lowering s | lowering CPU s |")
+    print(
+        f"target {args.target}; force-cpu {args.force_cpu or '-'}; torch {torch.__version__}; "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+        f"fastest of {max(1, args.repeat)} lowering(s) each\n"
+    )
+    print(
+        "| model | partitioner | partitions | ops delegated/total | CPU ops (non-Q/DQ) | "
+        "float boundary tensors | Vela NPU cycles | Vela SRAM KiB | .pte bytes | lowering s | "
+        "lowering CPU s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for spec_str in args.models:
         model, x, scenario_cpu = load(spec_str)
         force = list(args.force_cpu) + scenario_cpu
         g = torch.Generator().manual_seed(1)
-        calib = [tuple(torch.randn(t.shape, generator=g) for t in x) for _ in range(args.calibration)]
+        calib = [
+            tuple(torch.randn(t.shape, generator=g) for t in x) for _ in range(args.calibration)
+        ]
         q = quantize(model, x, EthosUNGCompileSpec(args.target), calibration=calib)
         runs = {"upstream": [], "ethosu_ng": []}
         for _ in range(max(1, args.repeat)):
@@ -202,8 +245,11 @@ def main():
             cyc = ours["cycles"] / up["cycles"] if up["cycles"] else float("nan")
             tl = ours["lower_s"] / up["lower_s"] if up["lower_s"] else float("nan")
             tc = ours["lower_cpu_s"] / up["lower_cpu_s"] if up["lower_cpu_s"] else float("nan")
-            print(f"| {spec_str} | ratio ours/upstream | | | | | {cyc:.3f} | | | {tl:.2f} | {tc:.2f} |",
-                  flush=True)
+            print(
+                f"| {spec_str} | ratio ours/upstream | | | | | {cyc:.3f} | | | "
+                f"{tl:.2f} | {tc:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,12 @@ CASES = {  # bench case -> what the brief asks for
 def run(build: Path, native: bool, repeats: int) -> list[dict]:
     args = ["-DETHOSU_NG_NATIVE=ON"] if native else []
     build_host_library(build, targets=("ethosu_ng_io_copy_bench",), extra_cmake_args=args)
-    out = subprocess.run([str(build / "ethosu_ng_io_copy_bench"), str(repeats)], check=True,
-                         stdout=subprocess.PIPE, text=True).stdout
+    out = subprocess.run(
+        [str(build / "ethosu_ng_io_copy_bench"), str(repeats)],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout
     rows = []
     for line in out.splitlines():
         kv = dict(item.split("=", 1) for item in line.split())
@@ -44,7 +48,9 @@ def run(build: Path, native: bool, repeats: int) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--portable-only", action="store_true")
     a = ap.parse_args()
@@ -56,8 +62,10 @@ def main() -> None:
         print(f"{'case':52s} {'bytes':>7s} {'copy us':>9s} {'memcpy us':>10s} {'ratio':>7s}")
         for r in run(build, native, a.repeats):
             name = CASES.get(r["case"], r["case"])
-            print(f"{name:52s} {int(r['bytes']):7d} {float(r['copy_ns']) / 1e3:9.2f} "
-                  f"{float(r['memcpy_ns']) / 1e3:10.2f} {float(r['ratio']):7.2f}")
+            print(
+                f"{name:52s} {int(r['bytes']):7d} {float(r['copy_ns']) / 1e3:9.2f} "
+                f"{float(r['memcpy_ns']) / 1e3:10.2f} {float(r['ratio']):7.2f}"
+            )
 
 
 if __name__ == "__main__":

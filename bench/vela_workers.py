@@ -41,7 +41,9 @@ def _child(q, x, target, force_cpu, workers, queue):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("model")
     ap.add_argument("--target", default="ethos-u85-256")
     ap.add_argument("--force-cpu", nargs="*", default=[], metavar="OP")
@@ -55,8 +57,10 @@ def main():
     model, x, scenario_cpu = load(args.model)
     force = list(args.force_cpu) + scenario_cpu
     q = quantize(model, x, EthosUNGCompileSpec(args.target))
-    print(f"{args.model} for {args.target}; force-cpu {force or '-'}; "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores\n")
+    print(
+        f"{args.model} for {args.target}; force-cpu {force or '-'}; "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores\n"
+    )
     print("| Vela workers | partitions | lowering s |")
     print("|---|---|---|")
     ctx = mp.get_context("fork")

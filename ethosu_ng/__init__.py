@@ -1,4 +1,5 @@
-"""ethosu_ng: an ExecuTorch backend for Arm Ethos-U NPUs with a typed partition-boundary contract."""
+"""ethosu_ng: an ExecuTorch backend for Arm Ethos-U NPUs with a typed partition-boundary
+contract."""
 
 from .backend import EthosUNGBackend
 from .blob import DelegateBlob

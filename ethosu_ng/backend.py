@@ -11,10 +11,9 @@ from __future__ import annotations
 import logging
 from typing import Dict, List, final
 
-from torch.export import ExportedProgram
-
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from executorch.exir.backend.compile_spec_schema import CompileSpec
+from torch.export import ExportedProgram
 
 from .compile_spec import EthosUNGCompileSpec
 from .partition_compiler import COMPILED, CompiledPartition, compile_partitions, partition_name
@@ -27,7 +26,9 @@ def _result(c: CompiledPartition) -> PreprocessResult:
     return PreprocessResult(processed_bytes=c.blob, _delegate_info_meta=c.io)
 
 
-def _compile_all(programs: List[ExportedProgram], spec: EthosUNGCompileSpec) -> List[PreprocessResult]:
+def _compile_all(
+    programs: List[ExportedProgram], spec: EthosUNGCompileSpec
+) -> List[PreprocessResult]:
     out: List[PreprocessResult] = [None] * len(programs)  # type: ignore[list-item]
     todo = []
     for k, program in enumerate(programs):
@@ -38,7 +39,9 @@ def _compile_all(programs: List[ExportedProgram], spec: EthosUNGCompileSpec) -> 
             todo.append(k)
     if todo:
         logger.debug("compiling %d partition(s) the partitioner had not compiled", len(todo))
-        compiled = compile_partitions([(partition_name(programs[k]), programs[k]) for k in todo], spec)
+        compiled = compile_partitions(
+            [(partition_name(programs[k]), programs[k]) for k in todo], spec
+        )
         for k, c in zip(todo, compiled):
             if isinstance(c, Exception):
                 raise c
@@ -49,7 +52,9 @@ def _compile_all(programs: List[ExportedProgram], spec: EthosUNGCompileSpec) -> 
 @final
 class EthosUNGBackend(BackendDetails):
     @staticmethod
-    def preprocess(edge_program: ExportedProgram, compile_specs: List[CompileSpec]) -> PreprocessResult:
+    def preprocess(
+        edge_program: ExportedProgram, compile_specs: List[CompileSpec]
+    ) -> PreprocessResult:
         spec = EthosUNGCompileSpec.from_compile_specs(compile_specs)
         return _compile_all([edge_program], spec)[0]
 

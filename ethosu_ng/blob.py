@@ -25,7 +25,11 @@ assert HEADER.size == 64 and IO_ENTRY.size == 64 and SECTION_ENTRY.size == 16
 SECTION_COMMAND_STREAM = 1
 SECTION_WEIGHTS = 2
 SECTION_TOSA = 3
-SECTION_NAMES = {SECTION_COMMAND_STREAM: "command_stream", SECTION_WEIGHTS: "weights", SECTION_TOSA: "tosa"}
+SECTION_NAMES = {
+    SECTION_COMMAND_STREAM: "command_stream",
+    SECTION_WEIGHTS: "weights",
+    SECTION_TOSA: "tosa",
+}
 
 FLAG_HAS_TOSA = 1
 # Scale/zero point absent (plain integer tensor): stored as scale 0.0, zero point 0.
@@ -67,9 +71,19 @@ class DelegateBlob:
         if total > 0xFFFFFFFF:
             raise ValueError("delegate blob exceeds 4 GiB")
         header = HEADER.pack(
-            MAGIC, VERSION, HEADER.size, total, len(self.inputs), len(self.outputs),
-            io_off, IO_ENTRY.size, len(sections), sec_off, self.scratch_size,
-            self.fast_scratch_size, FLAG_HAS_TOSA if self.tosa is not None else 0,
+            MAGIC,
+            VERSION,
+            HEADER.size,
+            total,
+            len(self.inputs),
+            len(self.outputs),
+            io_off,
+            IO_ENTRY.size,
+            len(sections),
+            sec_off,
+            self.scratch_size,
+            self.fast_scratch_size,
+            FLAG_HAS_TOSA if self.tosa is not None else 0,
         )
         out = bytearray(header + io_bytes)
         out += b"\0" * (sec_off - len(out))
@@ -81,13 +95,26 @@ class DelegateBlob:
 
     # ---------------------------------------------------------------- reading
     @classmethod
-    def from_bytes(cls, buf: bytes) -> "DelegateBlob":
+    def from_bytes(cls, buf: bytes) -> DelegateBlob:
         """Parse and bounds-check a blob; any defect is a ValueError saying what and where."""
         buf = bytes(buf)
         if len(buf) < HEADER.size:
             raise ValueError(f"blob truncated: {len(buf)} bytes, header needs {HEADER.size}")
-        (magic, version, header_size, total, n_in, n_out, io_off, io_entry_size, n_sec,
-         sec_off, scratch, fast_scratch, flags) = HEADER.unpack_from(buf, 0)
+        (
+            magic,
+            version,
+            header_size,
+            total,
+            n_in,
+            n_out,
+            io_off,
+            io_entry_size,
+            n_sec,
+            sec_off,
+            scratch,
+            fast_scratch,
+            flags,
+        ) = HEADER.unpack_from(buf, 0)
         if magic != MAGIC:
             raise ValueError(f"bad blob magic {magic!r}, expected {MAGIC!r}")
         if version != VERSION:
@@ -101,8 +128,10 @@ class DelegateBlob:
                 raise ValueError(f"{name} offset {off} is not {ALIGN}-byte aligned")
         _check_range("io table", io_off, (n_in + n_out) * IO_ENTRY.size, total)
         _check_range("section table", sec_off, n_sec * SECTION_ENTRY.size, total)
-        specs = [_unpack_io(buf, io_off + k * IO_ENTRY.size, k, n_in, scratch)
-                 for k in range(n_in + n_out)]
+        specs = [
+            _unpack_io(buf, io_off + k * IO_ENTRY.size, k, n_in, scratch)
+            for k in range(n_in + n_out)
+        ]
         sections: Dict[str, bytes] = {}
         for k in range(n_sec):
             kind, off, size, _ = SECTION_ENTRY.unpack_from(buf, sec_off + k * SECTION_ENTRY.size)
@@ -114,16 +143,19 @@ class DelegateBlob:
             if off % ALIGN:
                 raise ValueError(f"section {k} ({name}): offset {off} not {ALIGN}-byte aligned")
             _check_range(f"section {k} ({name})", off, size, total)
-            sections[name] = buf[off:off + size]
+            sections[name] = buf[off : off + size]
         for required in ("command_stream", "weights"):
             if required not in sections:
                 raise ValueError(f"blob has no {required} section")
         if bool(flags & FLAG_HAS_TOSA) != ("tosa" in sections):
             raise ValueError("TOSA flag and TOSA section disagree")
         return cls(
-            inputs=specs[:n_in], outputs=specs[n_in:],
-            command_stream=sections["command_stream"], weights=sections["weights"],
-            scratch_size=scratch, fast_scratch_size=fast_scratch,
+            inputs=specs[:n_in],
+            outputs=specs[n_in:],
+            command_stream=sections["command_stream"],
+            weights=sections["weights"],
+            scratch_size=scratch,
+            fast_scratch_size=fast_scratch,
             tosa=sections.get("tosa"),
         )
 
@@ -139,8 +171,18 @@ def _pack_io(index: int, s: TensorSpec) -> bytes:
     order = list(s.dim_order) + [0] * (MAX_RANK - rank)
     scale = _NO_SCALE if s.scale is None else float(s.scale)
     zp = 0 if s.zero_point is None else int(s.zero_point)
-    return IO_ENTRY.pack(DTYPE_CODES[s.dtype], rank, s.elem_size, s.region, s.offset,
-                         s.byte_size, zp, scale, *shape, *order)
+    return IO_ENTRY.pack(
+        DTYPE_CODES[s.dtype],
+        rank,
+        s.elem_size,
+        s.region,
+        s.offset,
+        s.byte_size,
+        zp,
+        scale,
+        *shape,
+        *order,
+    )
 
 
 def _unpack_io(buf: bytes, off: int, k: int, n_in: int, scratch: int) -> TensorSpec:
@@ -163,6 +205,15 @@ def _unpack_io(buf: bytes, off: int, k: int, n_in: int, scratch: int) -> TensorS
     if numel * elem != byte_size:
         raise ValueError(f"{name}: byte size {byte_size} != {numel} elements x {elem}")
     if region == 1 and offset + byte_size > scratch:
-        raise ValueError(f"{name}: [{offset}, {offset + byte_size}) outside scratch of {scratch} bytes")
-    return TensorSpec(dtype, shape, order, None if scale == _NO_SCALE else scale,
-                      None if scale == _NO_SCALE else zp, region, offset)
+        raise ValueError(
+            f"{name}: [{offset}, {offset + byte_size}) outside scratch of {scratch} bytes"
+        )
+    return TensorSpec(
+        dtype,
+        shape,
+        order,
+        None if scale == _NO_SCALE else scale,
+        None if scale == _NO_SCALE else zp,
+        region,
+        offset,
+    )

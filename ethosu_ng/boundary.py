@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Dict, List, Optional, Set
 
 import torch
 from torch.export import ExportedProgram
@@ -56,7 +56,7 @@ def _is_constant(node: Node, constants: Set[str]) -> bool:
 
 @dataclass
 class PartitionIO:
-    inputs: List[Node]   # nodes outside the partition whose values flow in
+    inputs: List[Node]  # nodes outside the partition whose values flow in
     outputs: List[Node]  # nodes inside whose values flow out (or are graph outputs)
 
 
@@ -89,7 +89,11 @@ class BoundaryContract:
 
     def why_excluded(self, n: Node, part: Set[Node]) -> Optional[str]:
         """Reason a node must leave ``part`` for the contract to hold, or None."""
-        if n.target in Q_OPS and n.args[0] not in part and not _is_constant(n.args[0], self.constants):
+        if (
+            n.target in Q_OPS
+            and n.args[0] not in part
+            and not _is_constant(n.args[0], self.constants)
+        ):
             return "quantize at a partition entry runs on CPU (boundary tensor must be integer)"
         if n.target in DQ_OPS and any(u not in part for u in n.users):
             return "dequantize at a partition exit runs on CPU (boundary tensor must be integer)"
@@ -124,18 +128,23 @@ class BoundaryContract:
             dt = tensor_dtype(i)
             if dt not in BOUNDARY_DTYPES:
                 raise BoundaryContractError(
-                    f"{tag}: input {k} ({i.name}) is {dt}, expected an integer tensor")
+                    f"{tag}: input {k} ({i.name}) is {dt}, expected an integer tensor"
+                )
         for k, o in enumerate(io.outputs):
             dt = tensor_dtype(o)
             if dt is None and isinstance(o.meta.get("val"), (list, tuple)):
-                raise BoundaryContractError(f"{tag}: multi-output node {o.name} leaves the partition whole")
+                raise BoundaryContractError(
+                    f"{tag}: multi-output node {o.name} leaves the partition whole"
+                )
             if dt not in BOUNDARY_DTYPES:
                 raise BoundaryContractError(
-                    f"{tag}: output {k} ({o.name}) is {dt}, expected an integer tensor")
+                    f"{tag}: output {k} ({o.name}) is {dt}, expected an integer tensor"
+                )
         return io
 
     def verify_tags(self) -> Dict[str, PartitionIO]:
-        """Check every tagged partition of the program; raise BoundaryContractError on a violation."""
+        """Check every tagged partition of the program; raise BoundaryContractError on a
+        violation."""
         parts: Dict[str, Set[Node]] = {}
         for n in self.program.graph_module.graph.nodes:
             tag = n.meta.get("delegation_tag")

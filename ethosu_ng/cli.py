@@ -1,8 +1,8 @@
 """``ethosu-ng``: compile a model to a .pte, report on it, verify it on the host.
 
-    ethosu-ng compile timm:mobilenetv2_100 --target ethos-u55-128 -o mobilenetv2.pte
-    ethosu-ng report mobilenetv2.pte [--html report.html]
-    ethosu-ng verify mobilenetv2.pte
+ethosu-ng compile timm:mobilenetv2_100 --target ethos-u55-128 -o mobilenetv2.pte
+ethosu-ng report mobilenetv2.pte [--html report.html]
+ethosu-ng verify mobilenetv2.pte
 """
 
 from __future__ import annotations
@@ -38,8 +38,11 @@ class Stages:
         t0 = time.time()
         out = fn(*args, **kwargs)
         self.times[name] = round(time.time() - t0, 2)
-        print(f"[{self._k}/{len(self.names)}] {name} done in {self.times[name]:.1f} s",
-              file=self.stream, flush=True)
+        print(
+            f"[{self._k}/{len(self.names)}] {name} done in {self.times[name]:.1f} s",
+            file=self.stream,
+            flush=True,
+        )
         return out
 
 
@@ -51,15 +54,21 @@ class _VelaProgress(logging.Handler):
 def _dtype(name: Optional[str]):
     import torch
 
-    return None if name in (None, "float", "none") else {"int8": torch.int8, "uint8": torch.uint8}[name]
+    return (
+        None
+        if name in (None, "float", "none")
+        else {"int8": torch.int8, "uint8": torch.uint8}[name]
+    )
 
 
 def _calibration(args, example) -> List[Tuple]:
     import torch
 
     if args.calibration_dir:
-        files = sorted(glob.glob(os.path.join(args.calibration_dir, "*.pt")) +
-                       glob.glob(os.path.join(args.calibration_dir, "*.npy")))
+        files = sorted(
+            glob.glob(os.path.join(args.calibration_dir, "*.pt"))
+            + glob.glob(os.path.join(args.calibration_dir, "*.npy"))
+        )
         if not files:
             raise CliError(f"{args.calibration_dir}: no .pt or .npy calibration files")
         batches = []
@@ -73,11 +82,15 @@ def _calibration(args, example) -> List[Tuple]:
             batch = tuple(t) if isinstance(t, (list, tuple)) else (t,)
             for k, (b, e) in enumerate(zip(batch, example)):
                 if tuple(b.shape) != tuple(e.shape):
-                    raise CliError(f"{f}: input {k} has shape {list(b.shape)}, the model takes {list(e.shape)}")
+                    raise CliError(
+                        f"{f}: input {k} has shape {list(b.shape)}, the model takes {list(e.shape)}"
+                    )
             batches.append(tuple(b.float() for b in batch))
         return batches
     g = torch.Generator().manual_seed(args.seed)
-    return [tuple(torch.randn(e.shape, generator=g) for e in example) for _ in range(args.calibration)]
+    return [
+        tuple(torch.randn(e.shape, generator=g) for e in example) for _ in range(args.calibration)
+    ]
 
 
 def cmd_compile(args) -> int:
@@ -86,8 +99,12 @@ def cmd_compile(args) -> int:
     from .model_source import load_model
 
     try:
-        spec = EthosUNGCompileSpec(args.target, system_config=args.system_config,
-                                   memory_mode=args.memory_mode, embed_tosa=args.embed_tosa)
+        spec = EthosUNGCompileSpec(
+            args.target,
+            system_config=args.system_config,
+            memory_mode=args.memory_mode,
+            embed_tosa=args.embed_tosa,
+        )
     except (ValueError, TypeError) as e:
         raise CliError(str(e)) from None
     from .partitioner import EthosUNGPartitioner
@@ -100,16 +117,25 @@ def cmd_compile(args) -> int:
     stages = Stages(["load", "calibrate + quantize", "partition + Vela", "serialize"])
     loaded = stages.run("load", load_model, args.model, args.seed)
     calib = _calibration(args, loaded.example_inputs)
-    quantized = stages.run("calibrate + quantize", quantize, loaded.model, loaded.example_inputs, spec,
-                           calib, _dtype(args.input_dtype), _dtype(args.output_dtype))
+    quantized = stages.run(
+        "calibrate + quantize",
+        quantize,
+        loaded.model,
+        loaded.example_inputs,
+        spec,
+        calib,
+        _dtype(args.input_dtype),
+        _dtype(args.output_dtype),
+    )
     handler = _VelaProgress()
     backend_log = logging.getLogger("ethosu_ng.partition_compiler")
     backend_log.addHandler(handler)
     backend_log.setLevel(logging.INFO)
     backend_log.propagate = False
     try:
-        edge, part = stages.run("partition + Vela", lower, quantized, loaded.example_inputs, spec,
-                                args.cpu_op or ())
+        edge, part = stages.run(
+            "partition + Vela", lower, quantized, loaded.example_inputs, spec, args.cpu_op or ()
+        )
     finally:
         backend_log.removeHandler(handler)
         backend_log.propagate = True
@@ -120,10 +146,16 @@ def cmd_compile(args) -> int:
     rep["stages_s"] = dict(stages.times)
     with open(out, "wb") as f:
         f.write(pte)
-    rep["compile_args"] = {"model": args.model, "target": args.target, "seed": args.seed,
-                           "calibration": args.calibration, "calibration_dir": args.calibration_dir,
-                           "input_dtype": args.input_dtype, "output_dtype": args.output_dtype,
-                           "cpu_op": args.cpu_op or []}
+    rep["compile_args"] = {
+        "model": args.model,
+        "target": args.target,
+        "seed": args.seed,
+        "calibration": args.calibration,
+        "calibration_dir": args.calibration_dir,
+        "input_dtype": args.input_dtype,
+        "output_dtype": args.output_dtype,
+        "cpu_op": args.cpu_op or [],
+    }
     rep_path = os.path.splitext(out)[0] + ".report.json"
     with open(rep_path, "w") as f:
         json.dump(rep, f, indent=1)
@@ -161,8 +193,10 @@ def cmd_verify(args) -> int:
     rep = report.load(args.pte)
     ca = rep.get("compile_args")
     if not ca:
-        raise CliError(f"{args.pte}: no {os.path.splitext(args.pte)[0]}.report.json with compile "
-                       "arguments next to it; verify needs it to rebuild the eager quantized model")
+        raise CliError(
+            f"{args.pte}: no {os.path.splitext(args.pte)[0]}.report.json with compile "
+            "arguments next to it; verify needs it to rebuild the eager quantized model"
+        )
     with open(args.pte, "rb") as f:
         pte = f.read()
     from . import upstream
@@ -170,13 +204,21 @@ def cmd_verify(args) -> int:
 
     for backend, data in upstream.pte_delegate_payloads(pte):
         if backend == "EthosUNGBackend" and DelegateBlob.from_bytes(data).tosa is None:
-            raise CliError(f"{args.pte}: delegates carry no TOSA graph; compile with --embed-tosa "
-                           "to verify on the host (no NPU here)")
+            raise CliError(
+                f"{args.pte}: delegates carry no TOSA graph; compile with --embed-tosa "
+                "to verify on the host (no NPU here)"
+            )
     ns = argparse.Namespace(**ca)
     loaded = load_model(ca["model"], ca["seed"])
     spec = EthosUNGCompileSpec(ca["target"])
-    quantized = quantize(loaded.model, loaded.example_inputs, spec, _calibration(ns, loaded.example_inputs),
-                         _dtype(ca["input_dtype"]), _dtype(ca["output_dtype"]))
+    quantized = quantize(
+        loaded.model,
+        loaded.example_inputs,
+        spec,
+        _calibration(ns, loaded.example_inputs),
+        _dtype(ca["input_dtype"]),
+        _dtype(ca["output_dtype"]),
+    )
     edge, _ = lower(quantized, loaded.example_inputs, spec, ca["cpu_op"])
     ioq = io_quantization(edge)
     if args.inputs:
@@ -186,7 +228,10 @@ def cmd_verify(args) -> int:
             inputs = [tuple(torch.from_numpy(d[k]) for k in d.files)]
     else:
         g = torch.Generator().manual_seed(1234)
-        inputs = [tuple(torch.randn(e.shape, generator=g) for e in loaded.example_inputs) for _ in range(args.n)]
+        inputs = [
+            tuple(torch.randn(e.shape, generator=g) for e in loaded.example_inputs)
+            for _ in range(args.n)
+        ]
     from .runtime import run_pte
 
     worst: Dict[int, float] = {}
@@ -202,7 +247,12 @@ def cmd_verify(args) -> int:
             lsb = float((gf - w).abs().max() / scale) if scale else float((gf - w).abs().max())
             worst[k] = max(worst.get(k, 0.0), lsb)
         if want[0].dim() == 2 and want[0].shape[-1] > 1:
-            agree += int(torch.argmax(got[0] if ioq.outputs[0].scale is None else ioq.outputs[0].dequantize(got[0])) == torch.argmax(want[0]))
+            agree += int(
+                torch.argmax(
+                    got[0] if ioq.outputs[0].scale is None else ioq.outputs[0].dequantize(got[0])
+                )
+                == torch.argmax(want[0])
+            )
     for k, v in worst.items():
         print(f"output {k}: max |pte - eager quantized| = {v:.2f} LSB")
     if want[0].dim() == 2 and want[0].shape[-1] > 1:
@@ -211,8 +261,9 @@ def cmd_verify(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="ethosu-ng", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="ethosu-ng", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -222,9 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output")
     c.add_argument("--input-dtype", choices=["float", "int8", "uint8"], default="float")
     c.add_argument("--output-dtype", choices=["float", "int8", "uint8"], default="float")
-    c.add_argument("--cpu-op", action="append", metavar="OP", help="keep this op on the CPU (repeatable)")
+    c.add_argument(
+        "--cpu-op", action="append", metavar="OP", help="keep this op on the CPU (repeatable)"
+    )
     g = c.add_mutually_exclusive_group()
-    g.add_argument("--calibration", type=int, default=4, metavar="N", help="N random calibration batches")
+    g.add_argument(
+        "--calibration", type=int, default=4, metavar="N", help="N random calibration batches"
+    )
     g.add_argument("--calibration-dir", metavar="DIR", help="calibration samples (.pt / .npy)")
     c.add_argument("--system-config")
     c.add_argument("--memory-mode")
@@ -237,7 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--html", metavar="OUT")
     r.set_defaults(func=cmd_report)
 
-    v = sub.add_parser("verify", help="run the .pte on the host and compare with the eager quantized model")
+    v = sub.add_parser(
+        "verify", help="run the .pte on the host and compare with the eager quantized model"
+    )
     v.add_argument("pte")
     v.add_argument("--inputs", metavar="NPZ")
     v.add_argument("-n", type=int, default=4, help="random inputs when --inputs is not given")
@@ -264,8 +321,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.debug:
             traceback.print_exc()
         code = EXIT_BAD_INPUT if isinstance(e, ModelSourceError) else EXIT_FAILED
-        print(f"ethosu-ng: error: {type(e).__name__}: {e}" if code == EXIT_FAILED
-              else f"ethosu-ng: error: {e}", file=sys.stderr)
+        print(
+            f"ethosu-ng: error: {type(e).__name__}: {e}"
+            if code == EXIT_FAILED
+            else f"ethosu-ng: error: {e}",
+            file=sys.stderr,
+        )
         return code
 
 

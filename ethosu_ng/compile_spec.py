@@ -86,10 +86,17 @@ class EthosUNGCompileSpec:
                 raise TypeError(f"{name} must be a str")
         if not isinstance(self.embed_tosa, bool):
             raise TypeError("embed_tosa must be a bool")
-        if (isinstance(self.vela_timeout_s, bool) or not isinstance(self.vela_timeout_s, (int, float))
-                or not self.vela_timeout_s > 0):
+        if (
+            isinstance(self.vela_timeout_s, bool)
+            or not isinstance(self.vela_timeout_s, (int, float))
+            or not self.vela_timeout_s > 0
+        ):
             raise ValueError("vela_timeout_s must be a positive number of seconds")
-        if isinstance(self.vela_workers, bool) or not isinstance(self.vela_workers, int) or self.vela_workers < 1:
+        if (
+            isinstance(self.vela_workers, bool)
+            or not isinstance(self.vela_workers, int)
+            or self.vela_workers < 1
+        ):
             raise ValueError(f"vela_workers must be an int >= 1, got {self.vela_workers!r}")
         if not isinstance(self.cpu_fallback, bool):
             raise TypeError("cpu_fallback must be a bool")
@@ -129,8 +136,10 @@ class EthosUNGCompileSpec:
         return [CompileSpec(_SPEC_KEY, json.dumps(d, sort_keys=True).encode())]
 
     @classmethod
-    def from_compile_specs(cls, specs: Sequence[CompileSpec]) -> "EthosUNGCompileSpec":
+    def from_compile_specs(cls, specs: Sequence[CompileSpec]) -> EthosUNGCompileSpec:
         for s in specs:
             if s.key == _SPEC_KEY:
                 return cls(**json.loads(bytes(s.value).decode()))
-        raise ValueError(f"compile specs carry no {_SPEC_KEY!r} entry; were they made by EthosUNGPartitioner?")
+        raise ValueError(
+            f"compile specs carry no {_SPEC_KEY!r} entry; were they made by EthosUNGPartitioner?"
+        )

@@ -42,13 +42,19 @@ def _describe(a, tensor: Callable[[torch.Tensor], str], constant: Callable[[obje
     if isinstance(a, (list, tuple)):
         return "(" + ",".join(_describe(x, tensor, constant) for x in a) + ")"
     if isinstance(a, dict):
-        return "{" + ",".join(f"{k}:{_describe(v, tensor, constant)}" for k, v in sorted(a.items())) + "}"
+        return (
+            "{"
+            + ",".join(f"{k}:{_describe(v, tensor, constant)}" for k, v in sorted(a.items()))
+            + "}"
+        )
     return constant(a)
 
 
 def _signature(node: Node, tensor, constant) -> str:
-    return (f"{op_name(node.target)}{_describe(node.args, tensor, constant)}"
-            f"{_describe(node.kwargs, tensor, constant)}->{_describe(node, tensor, constant)}")
+    return (
+        f"{op_name(node.target)}{_describe(node.args, tensor, constant)}"
+        f"{_describe(node.kwargs, tensor, constant)}->{_describe(node, tensor, constant)}"
+    )
 
 
 def op_signature(node: Node) -> str:
@@ -58,14 +64,17 @@ def op_signature(node: Node) -> str:
 
 def op_kind(node: Node) -> str:
     """Coarser than ``op_signature``: the op and its arguments' ranks and unit dims."""
-    return _signature(node, lambda v: f"{v.dtype}[{''.join('1' if d == 1 else 'n' for d in v.shape)}]",
-                      lambda c: "c")
+    return _signature(
+        node,
+        lambda v: f"{v.dtype}[{''.join('1' if d == 1 else 'n' for d in v.shape)}]",
+        lambda c: "c",
+    )
 
 
 @dataclass
 class Culprit:
     node: Node
-    error: VelaError   # what Vela said on the smallest failing piece holding the op
+    error: VelaError  # what Vela said on the smallest failing piece holding the op
     known: str = ""  # "signature" / "kind": matched an op that failed before (no search)
 
 
@@ -82,12 +91,18 @@ class CulpritSearch:
     def culprits(self, part: Set[Node], error: VelaError) -> List[Culprit]:
         """Ops of a partition that failed with ``error`` to keep on the CPU."""
         compute = sorted((n for n in part if self.is_compute(n)), key=self.order)
-        known = [Culprit(n, self.failed_signatures[op_signature(n)], "signature")
-                 for n in compute if op_signature(n) in self.failed_signatures]
+        known = [
+            Culprit(n, self.failed_signatures[op_signature(n)], "signature")
+            for n in compute
+            if op_signature(n) in self.failed_signatures
+        ]
         if known:
             return known
-        similar = [Culprit(n, self.failed_kinds[op_kind(n)], "kind") for n in compute
-                   if op_kind(n) in self.failed_kinds]
+        similar = [
+            Culprit(n, self.failed_kinds[op_kind(n)], "kind")
+            for n in compute
+            if op_kind(n) in self.failed_kinds
+        ]
         if similar:
             return similar
         found = self._search(part, error)
@@ -126,8 +141,9 @@ class CulpritSearch:
                 continue
             return self._shortest_failing_prefix(part, compute, mid, error)
 
-    def _shortest_failing_prefix(self, part: Set[Node], compute: Sequence[Node], passes: int,
-                                 error: VelaError) -> Culprit:
+    def _shortest_failing_prefix(
+        self, part: Set[Node], compute: Sequence[Node], passes: int, error: VelaError
+    ) -> Culprit:
         """The first ``passes`` compute ops compile, all of them do not: binary search between."""
         fails = len(compute)
         while fails - passes > 1:

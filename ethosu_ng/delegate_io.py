@@ -22,12 +22,24 @@ _Q = {"quantized_decomposed.quantize_per_tensor.default"}
 _DQ = {"quantized_decomposed.dequantize_per_tensor.default"}
 # Edge-dialect ops that move int8 data without changing values: qparams flow through them.
 _PASS_THROUGH = {
-    "aten.view_copy.default", "aten.permute_copy.default", "aten.squeeze_copy.dims",
-    "aten.squeeze_copy.dim", "aten.squeeze_copy.default", "aten.unsqueeze_copy.default",
-    "aten.slice_copy.Tensor", "aten.select_copy.int", "aten.clone.default",
-    "dim_order_ops._clone_dim_order.default", "aten.expand_copy.default", "aten.cat.default",
-    "aten.split_with_sizes_copy.default", "aten.split_copy.Tensor", "aten.unbind_copy.int",
-    "aten.alias_copy.default", "aten.repeat.default", "getitem",
+    "aten.view_copy.default",
+    "aten.permute_copy.default",
+    "aten.squeeze_copy.dims",
+    "aten.squeeze_copy.dim",
+    "aten.squeeze_copy.default",
+    "aten.unsqueeze_copy.default",
+    "aten.slice_copy.Tensor",
+    "aten.select_copy.int",
+    "aten.clone.default",
+    "dim_order_ops._clone_dim_order.default",
+    "aten.expand_copy.default",
+    "aten.cat.default",
+    "aten.split_with_sizes_copy.default",
+    "aten.split_copy.Tensor",
+    "aten.unbind_copy.int",
+    "aten.alias_copy.default",
+    "aten.repeat.default",
+    "getitem",
 }
 
 
@@ -105,7 +117,8 @@ def _spec(node: Node, what: str, qp: Optional[Tuple[float, int]]) -> TensorSpec:
     if val.dtype not in BOUNDARY_DTYPES:
         raise BoundaryContractError(
             f"{what} ({node.name}) is {val.dtype}; a delegate boundary tensor must be one of "
-            f"{sorted(str(d) for d in BOUNDARY_DTYPES)}")
+            f"{sorted(str(d) for d in BOUNDARY_DTYPES)}"
+        )
     try:
         dim_order = tuple(val.dim_order())
     except Exception:  # non-dense strides: fall back to contiguous

@@ -27,7 +27,7 @@ def quantize(
     quantizer = EthosUNGQuantizer(spec, input_dtype=input_dtype, output_dtype=output_dtype)
     prepared = prepare_pt2e(gm, quantizer)
     with torch.no_grad():
-        for batch in (calibration if calibration is not None else [example_inputs]):
+        for batch in calibration if calibration is not None else [example_inputs]:
             prepared(*batch)
     return convert_pt2e(prepared)
 

@@ -21,7 +21,7 @@ class ProgramIO:
     name: str
     dtype: torch.dtype
     shape: Tuple[int, ...]
-    scale: Optional[float]       # None for float IO (quantization happens inside the program)
+    scale: Optional[float]  # None for float IO (quantization happens inside the program)
     zero_point: Optional[int]
     # Step of the quantization grid the values lie on: ``scale`` for integer IO; for a float
     # output, the scale of the dequantize that produces it. 1 LSB when comparing outputs.
@@ -32,7 +32,9 @@ class ProgramIO:
         if self.scale is None:
             return x.to(self.dtype)
         info = torch.iinfo(self.dtype)
-        return torch.clamp(torch.round(x / self.scale) + self.zero_point, info.min, info.max).to(self.dtype)
+        return torch.clamp(torch.round(x / self.scale) + self.zero_point, info.min, info.max).to(
+            self.dtype
+        )
 
     def dequantize(self, q: torch.Tensor) -> torch.Tensor:
         if self.scale is None:

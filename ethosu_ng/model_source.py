@@ -28,7 +28,8 @@ class LoadedModel:
 def load_model(spec: str, seed: int = 0) -> LoadedModel:
     if not isinstance(spec, str) or ":" not in spec:
         raise ModelSourceError(
-            f"model {spec!r}: expected timm:NAME, torchvision:NAME or path/to/file.py:factory")
+            f"model {spec!r}: expected timm:NAME, torchvision:NAME or path/to/file.py:factory"
+        )
     kind, _, name = spec.partition(":")
     torch.manual_seed(seed)
     if kind == "timm":
@@ -38,7 +39,9 @@ def load_model(spec: str, seed: int = 0) -> LoadedModel:
     elif kind.endswith(".py") or os.path.sep in kind:
         model, x = _factory(kind, name)
     else:
-        raise ModelSourceError(f"model {spec!r}: unknown source {kind!r} (timm, torchvision or a .py file)")
+        raise ModelSourceError(
+            f"model {spec!r}: unknown source {kind!r} (timm, torchvision or a .py file)"
+        )
     return LoadedModel(spec, model.eval(), x)
 
 
@@ -46,7 +49,9 @@ def _timm(name: str):
     try:
         import timm
     except ImportError as e:
-        raise ModelSourceError(f"timm:{name}: timm is not installed (pip install 'ethosu_ng[zoo]')") from e
+        raise ModelSourceError(
+            f"timm:{name}: timm is not installed (pip install 'ethosu_ng[zoo]')"
+        ) from e
     if name not in timm.list_models():
         raise ModelSourceError(f"timm:{name}: no such timm model")
     model = timm.create_model(name, pretrained=False)
@@ -82,7 +87,11 @@ def _factory(path: str, func: str):
         result = getattr(module, func)()
     except Exception as e:
         raise ModelSourceError(f"{path}:{func}() raised {type(e).__name__}: {e}") from e
-    if (not isinstance(result, tuple) or len(result) != 2 or not isinstance(result[0], torch.nn.Module)):
+    if (
+        not isinstance(result, tuple)
+        or len(result) != 2
+        or not isinstance(result[0], torch.nn.Module)
+    ):
         raise ModelSourceError(f"{path}:{func}() must return (model, example_inputs)")
     model, x = result
     x = tuple(x) if isinstance(x, (list, tuple)) else (x,)

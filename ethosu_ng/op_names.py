@@ -33,7 +33,8 @@ def resolve_op_names(ops: Iterable) -> Set[str]:
             parts = entry.split(".")
             if len(parts) != 3:
                 raise ValueError(
-                    f"cpu_ops[{k}] = {entry!r} is not an op name like 'aten.bmm.default'")
+                    f"cpu_ops[{k}] = {entry!r} is not an op name like 'aten.bmm.default'"
+                )
             ns, name, overload = parts
             try:
                 packet = getattr(getattr(torch.ops, ns), name)
@@ -46,6 +47,7 @@ def resolve_op_names(ops: Iterable) -> Set[str]:
             if not isinstance(op, torch._ops.OpOverload):
                 raise ValueError(
                     f"cpu_ops[{k}] = {entry!r} is not an operator overload "
-                    f"(use e.g. torch.ops.aten.bmm.default or 'aten.bmm.default')")
+                    f"(use e.g. torch.ops.aten.bmm.default or 'aten.bmm.default')"
+                )
             names.add(str(op))
     return names

@@ -20,8 +20,9 @@ eager vs exact (whole partition, per output) and, per quantize, the float32-vs-f
 difference of that op alone. A lowering defect shows as TOSA vs exact > 1 LSB; float32 noise in
 the reference shows as eager vs exact > 0 with TOSA vs exact == 0. At a true tie float64 is no
 arbiter: TOSA rounds half up, ``torch.round`` half to even. avg_pool2d hits a tie whenever a
-window's sum is an odd multiple of half its size (measured on conv -> silu -> avg_pool2d(8): two of 64 outputs,
-sums/64 = 14.5 and 12.5, TOSA 15 and 13, reference 14 and 12), so TOSA vs exact may be 1 there.
+window's sum is an odd multiple of half its size (measured on conv -> silu -> avg_pool2d(8): two
+of 64 outputs, sums/64 = 14.5 and 12.5, TOSA 15 and 13, reference 14 and 12), so TOSA vs exact
+may be 1 there.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ _DQ_PER_CHANNEL = (qd.dequantize_per_channel.default,)
 
 @dataclass
 class OpNumerics:
-    node: str                      # the quantize node
-    op: str                        # what it quantizes (its input's op)
-    max_lsb: int                   # float32 vs float64 evaluation, identical integer inputs
+    node: str  # the quantize node
+    op: str  # what it quantizes (its input's op)
+    max_lsb: int  # float32 vs float64 evaluation, identical integer inputs
     elements_off: int
     numel: int
 
@@ -54,7 +55,7 @@ class OpNumerics:
 @dataclass
 class DelegateExactNumerics:
     name: str
-    tosa_vs_exact: List[Optional[int]]   # per output, max LSB (None: float output)
+    tosa_vs_exact: List[Optional[int]]  # per output, max LSB (None: float output)
     eager_vs_exact: List[Optional[int]]
     tosa_vs_eager: List[Optional[int]]
     ops: List[OpNumerics] = field(default_factory=list)
@@ -67,6 +68,7 @@ class DelegateExactNumerics:
 
 class _Pair:
     """A float value in both evaluations."""
+
     __slots__ = ("f32", "f64")
 
     def __init__(self, f32, f64):
@@ -119,11 +121,19 @@ class _Lockstep(Interpreter):
 
     def placeholder(self, target, args, kwargs):
         v = super().placeholder(target, args, kwargs)
-        return _Pair(v, v.to(torch.float64)) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+        return (
+            _Pair(v, v.to(torch.float64))
+            if isinstance(v, torch.Tensor) and v.is_floating_point()
+            else v
+        )
 
     def get_attr(self, target, args, kwargs):
         v = super().get_attr(target, args, kwargs)
-        return _Pair(v, v.to(torch.float64)) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+        return (
+            _Pair(v, v.to(torch.float64))
+            if isinstance(v, torch.Tensor) and v.is_floating_point()
+            else v
+        )
 
     def run_node(self, n):
         self._current = n
@@ -140,18 +150,34 @@ class _Lockstep(Interpreter):
             eager = target(*a32, **k32)
             diff = (eager.to(torch.int64) - exact.to(torch.int64)).abs()
             src = self._current.args[0]
-            self.ops.append(OpNumerics(
-                self._current.name, str(_base(src.target)) if isinstance(src, torch.fx.Node) else "?",
-                int(diff.max().item()) if diff.numel() else 0, int((diff > 0).sum().item()), diff.numel()))
+            self.ops.append(
+                OpNumerics(
+                    self._current.name,
+                    str(_base(src.target)) if isinstance(src, torch.fx.Node) else "?",
+                    int(diff.max().item()) if diff.numel() else 0,
+                    int((diff > 0).sum().item()),
+                    diff.numel(),
+                )
+            )
             return exact  # both paths continue from the exact integers
         if op in _DQ_PER_TENSOR or op in _DQ_PER_CHANNEL:
             return _Pair(target(*a32, **k32), _exact_dequantize(op, a64[0], a64))
         r32 = target(*a32, **k32)
-        up = lambda v: v.to(torch.float64) if isinstance(v, torch.Tensor) and v.dtype == torch.float32 else v
+
+        def up(v):
+            if isinstance(v, torch.Tensor) and v.dtype == torch.float32:
+                return v.to(torch.float64)
+            return v
+
         r64 = target(*tree_map(up, a64), **tree_map(up, k64))
         # float results carry both evaluations; anything else continues from the exact one
-        return tree_map(lambda x, y: _Pair(x, y) if isinstance(x, torch.Tensor) and x.is_floating_point() else y,
-                        r32, r64)
+        return tree_map(
+            lambda x, y: (
+                _Pair(x, y) if isinstance(x, torch.Tensor) and x.is_floating_point() else y
+            ),
+            r32,
+            r64,
+        )
 
 
 def exact_outputs(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]):
@@ -174,11 +200,16 @@ class _ExactChecker(_DelegateChecker):
         lowered, *inputs = args
         r: DelegateNumerics = self.results[-1]
         exact, ops = exact_outputs(lowered.original_module.module(), inputs)
-        self.exact.append(DelegateExactNumerics(
-            r.name,
-            [_lsb(t, e) for t, e in zip(r.outputs_tosa, exact)],
-            [_lsb(g, e) for g, e in zip(r.outputs_ref, exact)],
-            list(r.max_lsb), ops, exact))
+        self.exact.append(
+            DelegateExactNumerics(
+                r.name,
+                [_lsb(t, e) for t, e in zip(r.outputs_tosa, exact)],
+                [_lsb(g, e) for g, e in zip(r.outputs_ref, exact)],
+                list(r.max_lsb),
+                ops,
+                exact,
+            )
+        )
         return out
 
 

@@ -22,30 +22,34 @@ import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 from torch.export import ExportedProgram
+from tosa.DType import DType
 
-from . import upstream
+from . import upstream, vela_compiler
 from .blob import DelegateBlob
 from .boundary import BoundaryContractError
 from .compile_spec import EthosUNGCompileSpec
 from .delegate_io import DelegateIOSpec, declared_io
 from .tensor_spec import TensorSpec
-from .tosa_graph import TOSA_ELEM_SIZE, TosaTensorInfo, tosa_io
-from . import vela_compiler
+from .tosa_graph import TosaTensorInfo, tosa_io
 from .vela_compiler import VelaError, VelaResult
-from tosa.DType import DType
 
 logger = logging.getLogger(__name__)
 
 _TOSA_DTYPE_FOR = {1: DType.INT8, 2: DType.INT16, 4: DType.INT32}  # by element size
 
 
-def check_io(name: str, declared: DelegateIOSpec, tosa_ins: List[TosaTensorInfo],
-             tosa_outs: List[TosaTensorInfo], vela: VelaResult,
-             nhwc_outputs: Set[int] = frozenset()) -> DelegateIOSpec:
+def check_io(
+    name: str,
+    declared: DelegateIOSpec,
+    tosa_ins: List[TosaTensorInfo],
+    tosa_outs: List[TosaTensorInfo],
+    vela: VelaResult,
+    nhwc_outputs: Set[int] = frozenset(),
+) -> DelegateIOSpec:
     """declared == TOSA == Vela for every input and output; return specs placed by Vela.
 
     ``nhwc_outputs``: output indices deliberately emitted channels-last by the NPU."""
@@ -58,31 +62,40 @@ def check_io(name: str, declared: DelegateIOSpec, tosa_ins: List[TosaTensorInfo]
             raise BoundaryContractError(
                 f"{name}: {kind} count disagrees: declared {len(decl)} {names}, TOSA {len(tosa)} "
                 f"{[t.name for t in tosa]} {[list(t.shape) for t in tosa]}, Vela {len(vel)} "
-                f"{[list(v.shape) for v in vel]}")
+                f"{[list(v.shape) for v in vel]}"
+            )
         out = []
         for k, (d, t, v) in enumerate(zip(decl, tosa, vel)):
             where = f"{name} {kind} {k} ({names[k] if k < len(names) else '?'})"
             want_tosa = _TOSA_DTYPE_FOR.get(d.elem_size)
             if t.dtype != want_tosa:
                 raise BoundaryContractError(
-                    f"{where}: declared {d.dtype} but the TOSA graph {kind} is {t.dtype_name}")
+                    f"{where}: declared {d.dtype} but the TOSA graph {kind} is {t.dtype_name}"
+                )
             if v.elem_size != d.elem_size:
                 raise BoundaryContractError(
                     f"{where}: declared {d.dtype} ({d.elem_size} B/element) but Vela "
-                    f"{'reads' if kind == 'input' else 'writes'} {v.elem_size} B/element")
+                    f"{'reads' if kind == 'input' else 'writes'} {v.elem_size} B/element"
+                )
             if math.prod(t.shape) != d.numel or v.numel != d.numel:
                 raise BoundaryContractError(
                     f"{where}: declared shape {list(d.shape)} but TOSA has {list(t.shape)} and "
-                    f"Vela {list(v.shape)}")
+                    f"Vela {list(v.shape)}"
+                )
             want_nhwc = kind == "output" and k in nhwc_outputs
             order = _npu_dim_order(d, t, want_nhwc)
             if order is None:
                 raise BoundaryContractError(
-                    f"{where}: TOSA shape {list(t.shape)} is no layout of declared shape {list(d.shape)}")
-            out.append(TensorSpec(d.dtype, d.shape, order, d.scale, d.zero_point, v.region, v.offset))
+                    f"{where}: TOSA shape {list(t.shape)} is no layout of declared shape "
+                    f"{list(d.shape)}"
+                )
+            out.append(
+                TensorSpec(d.dtype, d.shape, order, d.scale, d.zero_point, v.region, v.offset)
+            )
         placed[kind] = out
-    return DelegateIOSpec(placed["input"], placed["output"], declared.input_names,
-                          declared.output_names, vela.summary)
+    return DelegateIOSpec(
+        placed["input"], placed["output"], declared.input_names, declared.output_names, vela.summary
+    )
 
 
 CHANNELS_LAST = (0, 2, 3, 1)
@@ -163,11 +176,15 @@ class _Pending:
     declared: DelegateIOSpec
     pristine: Optional[ExportedProgram]  # kept only where Vela may drop an output (_nhwc_exits)
     tosa: bytes
-    vela: "Future[VelaResult]"
+    vela: Future[VelaResult]
 
 
-def _start(program: ExportedProgram, spec: EthosUNGCompileSpec, name: str,
-           pool: Optional[ThreadPoolExecutor]) -> _Pending:
+def _start(
+    program: ExportedProgram,
+    spec: EthosUNGCompileSpec,
+    name: str,
+    pool: Optional[ThreadPoolExecutor],
+) -> _Pending:
     declared = declared_io(program)
     # Upstream's lowering edits the program in place; keep a copy for the channels-last retry,
     # which only a rank-4 output with a consumer inside the partition can need.
@@ -192,7 +209,11 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
     if len(vela.outputs) != len(p.declared.outputs):
         nhwc = _nhwc_exits(p.pristine) if p.pristine is not None else set()
         if nhwc:
-            logger.info("%s: Vela dropped an output; emitting outputs %s channels-last", p.name, sorted(nhwc))
+            logger.info(
+                "%s: Vela dropped an output; emitting outputs %s channels-last",
+                p.name,
+                sorted(nhwc),
+            )
             _drop_provenance(p.pristine)
             with upstream.lowering_context(spec, p.pristine):
                 tosa = upstream.lower_to_tosa(p.pristine, spec)
@@ -200,24 +221,37 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
     tosa_ins, tosa_outs = tosa_io(tosa)
     io = check_io(p.name, p.declared, tosa_ins, tosa_outs, vela, nhwc)
     blob = DelegateBlob(
-        inputs=io.inputs, outputs=io.outputs, command_stream=vela.command_stream,
-        weights=vela.weights, scratch_size=vela.scratch_size,
-        fast_scratch_size=vela.fast_scratch_size, tosa=tosa if spec.embed_tosa else None,
+        inputs=io.inputs,
+        outputs=io.outputs,
+        command_stream=vela.command_stream,
+        weights=vela.weights,
+        scratch_size=vela.scratch_size,
+        fast_scratch_size=vela.fast_scratch_size,
+        tosa=tosa if spec.embed_tosa else None,
     )
-    logger.debug("%s: %d inputs, %d outputs, %d B command stream, %d B weights", p.name,
-                 len(io.inputs), len(io.outputs), len(vela.command_stream), len(vela.weights))
+    logger.debug(
+        "%s: %d inputs, %d outputs, %d B command stream, %d B weights",
+        p.name,
+        len(io.inputs),
+        len(io.outputs),
+        len(vela.command_stream),
+        len(vela.weights),
+    )
     return CompiledPartition(blob.to_bytes(), io)
 
 
 def compile_partitions(
-    programs: Sequence[Tuple[str, ExportedProgram]], spec: EthosUNGCompileSpec,
+    programs: Sequence[Tuple[str, ExportedProgram]],
+    spec: EthosUNGCompileSpec,
 ) -> List[Union[CompiledPartition, VelaError]]:
     """Compile (name, program) pairs; a partition Vela fails on yields its ``VelaError`` in place
     of a result (the caller decides: fall back or raise). Other errors propagate. Edits the
     programs."""
     t0 = time.time()
     workers = spec.vela_workers if len(programs) > 1 else 1
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vela") if workers > 1 else None
+    pool = (
+        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vela") if workers > 1 else None
+    )
     pending: List[_Pending] = []
     results: List[Union[CompiledPartition, VelaError]] = []
     try:
@@ -231,8 +265,13 @@ def compile_partitions(
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-    logger.info("compiled %d partition(s) for %s in %.1f s (%d Vela worker(s))", len(programs),
-                spec.target, time.time() - t0, workers)
+    logger.info(
+        "compiled %d partition(s) for %s in %.1f s (%d Vela worker(s))",
+        len(programs),
+        spec.target,
+        time.time() - t0,
+        workers,
+    )
     return results
 
 
@@ -242,7 +281,7 @@ class CompiledCache:
 
     def __init__(self, capacity: int = 512):
         self.capacity = capacity
-        self._entries: "OrderedDict[str, CompiledPartition]" = OrderedDict()
+        self._entries: OrderedDict[str, CompiledPartition] = OrderedDict()
 
     def put(self, key: str, compiled: CompiledPartition) -> None:
         self._entries[key] = compiled

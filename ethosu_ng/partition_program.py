@@ -18,11 +18,10 @@ import hashlib
 from typing import Dict, Iterable, Mapping, Optional
 
 import torch
+from executorch.exir.backend.utils import tag_constant_data
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
 from torch.fx import Node
-
-from executorch.exir.backend.utils import tag_constant_data
 
 from . import upstream
 from .delegate_io import QPARAMS_META
@@ -44,29 +43,40 @@ class RealTensors:
         if not isinstance(t, FakeTensor):
             return t
         real = self.tensors.get(name)
-        if (not isinstance(real, torch.Tensor) or isinstance(real, FakeTensor)
-                or real.shape != t.shape or real.dtype != t.dtype):
+        if (
+            not isinstance(real, torch.Tensor)
+            or isinstance(real, FakeTensor)
+            or real.shape != t.shape
+            or real.dtype != t.dtype
+        ):
             return None
         return real
 
     def covers(self, program: ExportedProgram) -> bool:
         """Whether every fake tensor of ``program`` has a real counterpart of the same type."""
-        return (all(self._real(k, t) is not None for k, t in program.state_dict.items())
-                and not any(isinstance(t, FakeTensor) for t in program.constants.values()))
+        return all(self._real(k, t) is not None for k, t in program.state_dict.items()) and not any(
+            isinstance(t, FakeTensor) for t in program.constants.values()
+        )
 
     def real_program(self, program: ExportedProgram) -> ExportedProgram:
         """A private copy of ``program`` (graph and meta copied) with real tensors (``covers``)."""
         state = {k: self._real(k, t) for k, t in program.state_dict.items()}
         gm = copy.deepcopy(program.graph_module)
         return ExportedProgram(
-            root=gm, graph=gm.graph, graph_signature=copy.deepcopy(program.graph_signature),
-            state_dict=state, range_constraints=copy.deepcopy(program.range_constraints),
+            root=gm,
+            graph=gm.graph,
+            graph_signature=copy.deepcopy(program.graph_signature),
+            state_dict=state,
+            range_constraints=copy.deepcopy(program.range_constraints),
             module_call_graph=copy.deepcopy(program.module_call_graph),
-            constants=dict(program.constants), verifiers=[program.verifier],
+            constants=dict(program.constants),
+            verifiers=[program.verifier],
         )
 
 
-def carve(program: ExportedProgram, parts: Mapping[str, Iterable[str]]) -> Dict[str, ExportedProgram]:
+def carve(
+    program: ExportedProgram, parts: Mapping[str, Iterable[str]]
+) -> Dict[str, ExportedProgram]:
     """One program per partition (tag -> node names), as ``to_backend`` would build it.
 
     ``program`` must be a private copy (``RealTensors.real_program``): its graph is re-tagged and

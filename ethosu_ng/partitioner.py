@@ -18,27 +18,26 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import torch
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from executorch.exir.backend.utils import tag_constant_data
 from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase, chain
 
-from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
-from executorch.exir.backend.utils import tag_constant_data
-
 from . import upstream
 from .boundary import BoundaryContract, PartitionIO, node_order, partition_io
 from .compile_spec import EthosUNGCompileSpec
-from .delegate_io import QPARAMS_META, integer_tensor_qparams
 from .culprit_search import CulpritSearch
+from .delegate_io import QPARAMS_META, integer_tensor_qparams
 from .op_names import op_name, resolve_op_names
 from .partition_compiler import COMPILED, compile_partitions
 from .partition_program import RealTensors, carve, fingerprint
-from .report import is_compute
-from .vela_compiler import VelaError
-from .target_limits import TargetLimits
-from .passes.qdq_nodes import rename_outputs
 from .passes import PRE_PARTITION_PASSES
+from .passes.qdq_nodes import rename_outputs
+from .report import is_compute
+from .target_limits import TargetLimits
+from .vela_compiler import VelaError
 
 logger = logging.getLogger(__name__)
 
@@ -48,24 +47,34 @@ BACKEND_ID = "EthosUNGBackend"
 _MAX_FALLBACK_ROUNDS = 16
 
 # Partitions made only of these lower to an empty (or trivial) NPU program: not worth a delegate.
-_NO_COMPUTE = frozenset({
-    "aten.view_copy.default", "aten.clone.default", "dim_order_ops._clone_dim_order.default",
-    "aten.alias_copy.default", "aten.detach_copy.default", "aten.squeeze_copy.dims",
-    "aten.squeeze_copy.dim", "aten.squeeze_copy.default", "aten.unsqueeze_copy.default",
-    "dim_order_ops._to_dim_order_copy.default", "aten.expand_copy.default",
-    "quantized_decomposed.quantize_per_tensor.default",
-    "quantized_decomposed.dequantize_per_tensor.default",
-    "quantized_decomposed.dequantize_per_channel.default", "getitem",
-})
+_NO_COMPUTE = frozenset(
+    {
+        "aten.view_copy.default",
+        "aten.clone.default",
+        "dim_order_ops._clone_dim_order.default",
+        "aten.alias_copy.default",
+        "aten.detach_copy.default",
+        "aten.squeeze_copy.dims",
+        "aten.squeeze_copy.dim",
+        "aten.squeeze_copy.default",
+        "aten.unsqueeze_copy.default",
+        "dim_order_ops._to_dim_order_copy.default",
+        "aten.expand_copy.default",
+        "quantized_decomposed.quantize_per_tensor.default",
+        "quantized_decomposed.dequantize_per_tensor.default",
+        "quantized_decomposed.dequantize_per_channel.default",
+        "getitem",
+    }
+)
 
 
 @dataclass
 class PartitionReport:
     """Why each node was (not) delegated; filled by ``partition``."""
 
-    partitions: Dict[str, List[str]] = field(default_factory=dict)   # tag -> node names
-    cpu_reasons: Dict[str, str] = field(default_factory=dict)        # node name -> reason
-    cpu_targets: Dict[str, str] = field(default_factory=dict)        # node name -> op name
+    partitions: Dict[str, List[str]] = field(default_factory=dict)  # tag -> node names
+    cpu_reasons: Dict[str, str] = field(default_factory=dict)  # node name -> reason
+    cpu_targets: Dict[str, str] = field(default_factory=dict)  # node name -> op name
     io: Dict[str, PartitionIO] = field(default_factory=dict, repr=False)
     # node name -> why: ops moved to the CPU because Vela failed on them (culprit_search)
     compiler_fallback: Dict[str, str] = field(default_factory=dict)
@@ -88,7 +97,8 @@ class _PinnedToCpu(OperatorSupportBase):
         pinned_as = (node.meta.get("custom") or {}).get(_PINNED_META)
         if op_name(node.target) in self.names or pinned_as:
             self.reasons.setdefault(
-                node.name, "pinned to CPU by cpu_ops" + (f" ({pinned_as})" if pinned_as else ""))
+                node.name, "pinned to CPU by cpu_ops" + (f" ({pinned_as})" if pinned_as else "")
+            )
             return False
         return True
 
@@ -120,7 +130,8 @@ class EthosUNGPartitioner(Partitioner):
     def __init__(self, compile_spec: EthosUNGCompileSpec, cpu_ops: Iterable = ()):
         if not isinstance(compile_spec, EthosUNGCompileSpec):
             raise TypeError(
-                f"compile_spec must be an EthosUNGCompileSpec, got {type(compile_spec).__name__}")
+                f"compile_spec must be an EthosUNGCompileSpec, got {type(compile_spec).__name__}"
+            )
         self.compile_spec = compile_spec
         self.cpu_ops = resolve_op_names(cpu_ops)
         self.delegation_spec = DelegationSpec(BACKEND_ID, compile_spec.to_compile_specs())
@@ -146,7 +157,8 @@ class EthosUNGPartitioner(Partitioner):
         self, program: ExportedProgram
     ) -> Tuple[List[torch._ops.OpOverload], Optional[Callable[[Node], bool]]]:
         ops, keep = upstream.ops_to_not_decompose(self.compile_spec, program)
-        # A pinned op must decompose normally: it will not be delegated, and the CPU needs core ATen.
+        # A pinned op must decompose normally: it will not be delegated, and the CPU needs core
+        # ATen.
         ops = [op for op in ops if op_name(op) not in self.cpu_ops]
 
         def filter_fn(node: Node) -> bool:
@@ -172,9 +184,14 @@ class EthosUNGPartitioner(Partitioner):
         return ops, filter_fn
 
     # -- stages 2-6 ---------------------------------------------------------------------------
-    def _propose(self, program: ExportedProgram, support: OperatorSupportBase,
-                 contract: BoundaryContract, excluded: Dict[Node, str],
-                 allowed: Optional[Set[Node]] = None) -> Tuple[List[Set[Node]], Dict[Node, str]]:
+    def _propose(
+        self,
+        program: ExportedProgram,
+        support: OperatorSupportBase,
+        contract: BoundaryContract,
+        excluded: Dict[Node, str],
+        allowed: Optional[Set[Node]] = None,
+    ) -> Tuple[List[Set[Node]], Dict[Node, str]]:
         """Convex partitions of supported (and ``allowed``) nodes, integer at every edge.
 
         Returns the partitions and the nodes the boundary contract removed (with reasons)."""
@@ -214,7 +231,10 @@ class EthosUNGPartitioner(Partitioner):
             )
             search = CulpritSearch(
                 propose=lambda nodes: self._propose(program, support, contract, excluded, nodes)[0],
-                try_compile=trial.try_compile, is_compute=_is_compute, order=node_order)
+                try_compile=trial.try_compile,
+                is_compute=_is_compute,
+                order=node_order,
+            )
             for round_ in range(_MAX_FALLBACK_ROUNDS + 1):
                 parts, removed = self._propose(program, support, contract, excluded)
                 failures = trial.compile_final(parts) if trial.enabled else []
@@ -226,10 +246,12 @@ class EthosUNGPartitioner(Partitioner):
                     raise _gave_up(failures[0][1], round_, report.compiler_fallback)
                 for part, error in failures:
                     for c in search.culprits(part, error):
-                        why = (f"NPU compiler failed: Vela {c.error.what} on "
-                               f"{op_name(c.node.target)}"
-                               + (" (an op of the same kind)" if c.known == "kind" else "")
-                               + f": {c.error.last_words}")
+                        why = (
+                            f"NPU compiler failed: Vela {c.error.what} on "
+                            f"{op_name(c.node.target)}"
+                            + (" (an op of the same kind)" if c.known == "kind" else "")
+                            + f": {c.error.last_words}"
+                        )
                         excluded[c.node] = why
                         report.compiler_fallback[c.node.name] = why
         excluded.update(removed)
@@ -254,8 +276,12 @@ class EthosUNGPartitioner(Partitioner):
             if n.op != "call_function" or n.meta.get("delegation_tag"):
                 continue
             report.cpu_targets[n.name] = op_name(n.target)
-            reason = (report.cpu_reasons.get(n.name) or excluded.get(n)
-                      or upstream_reasons.get(n) or "not supported by the Ethos-U TOSA profile")
+            reason = (
+                report.cpu_reasons.get(n.name)
+                or excluded.get(n)
+                or upstream_reasons.get(n)
+                or "not supported by the Ethos-U TOSA profile"
+            )
             report.cpu_reasons[n.name] = reason
         self.report = report
         if report.compiler_fallback:
@@ -263,11 +289,14 @@ class EthosUNGPartitioner(Partitioner):
                 f"EthosUNGPartitioner: the NPU compiler failed on {len(report.compiler_fallback)} "
                 f"op(s) for {self.compile_spec.target}; they run on the CPU: "
                 + "; ".join(f"{name}: {why}" for name, why in report.compiler_fallback.items()),
-                stacklevel=2)
+                stacklevel=2,
+            )
         if not report.partitions:
             logger.warning(
                 "EthosUNGPartitioner: nothing to delegate for %s (is the model quantized with "
-                "EthosUNGQuantizer?); the program runs entirely on the CPU.", self.compile_spec.target)
+                "EthosUNGQuantizer?); the program runs entirely on the CPU.",
+                self.compile_spec.target,
+            )
         return PartitionResult(
             tagged_exported_program=program,
             partition_tags={tag: self.delegation_spec for tag in report.partitions},
@@ -277,10 +306,13 @@ class EthosUNGPartitioner(Partitioner):
 def _gave_up(error: VelaError, rounds: int, moved: Dict[str, str]) -> VelaError:
     """The last Vela failure, saying that CPU fallback ran out of rounds and what it moved."""
     names = ", ".join(list(moved)[:8]) + (", ..." if len(moved) > 8 else "")
-    return VelaError(error.partition, error.target,
-                     f"{error.what}; CPU fallback gave up: still failing after {rounds} round(s) "
-                     f"({len(moved)} op(s) moved to the CPU: {names or '-'})",
-                     error.last_words)
+    return VelaError(
+        error.partition,
+        error.target,
+        f"{error.what}; CPU fallback gave up: still failing after {rounds} round(s) "
+        f"({len(moved)} op(s) moved to the CPU: {names or '-'})",
+        error.last_words,
+    )
 
 
 def _boundary_qparams(io: PartitionIO):
@@ -291,8 +323,11 @@ def _boundary_qparams(io: PartitionIO):
 
 
 def _is_compute(node: Node) -> bool:
-    return node.op == "call_function" and is_compute(op_name(node.target)) \
+    return (
+        node.op == "call_function"
+        and is_compute(op_name(node.target))
         and op_name(node.target) not in _NO_COMPUTE
+    )
 
 
 class _TrialCompiler:
@@ -300,24 +335,34 @@ class _TrialCompiler:
     will carve them). Final partitions that compile wait in ``partition_compiler.COMPILED`` for
     ``preprocess``; outcomes are remembered by fingerprint so nothing compiles twice."""
 
-    def __init__(self, partitioner: "EthosUNGPartitioner", program: ExportedProgram,
-                 contract: BoundaryContract):
+    def __init__(
+        self,
+        partitioner: EthosUNGPartitioner,
+        program: ExportedProgram,
+        contract: BoundaryContract,
+    ):
         self.spec = partitioner.compile_spec
         self.contract = contract
         self.program = program
         real = partitioner._real_tensors
         self.enabled = real is not None and real.covers(program)
         if not self.enabled:
-            logger.info("EthosUNGPartitioner: constants not available before to_backend; "
-                        "partitions compile in preprocess, without CPU fallback")
+            logger.info(
+                "EthosUNGPartitioner: constants not available before to_backend; "
+                "partitions compile in preprocess, without CPU fallback"
+            )
         self.real = real
         self.outcome: Dict[str, Optional[VelaError]] = {}
         self.rounds = 0
 
-    def _compile(self, parts: List[Set[Node]], prefix: str, keep: bool) -> List[Optional[VelaError]]:
+    def _compile(
+        self, parts: List[Set[Node]], prefix: str, keep: bool
+    ) -> List[Optional[VelaError]]:
         copy_ = self.real.real_program(self.program)
-        tags = {f"{prefix}{k}": [n.name for n in self.program.graph_module.graph.nodes if n in p]
-                for k, p in enumerate(parts)}
+        tags = {
+            f"{prefix}{k}": [n.name for n in self.program.graph_module.graph.nodes if n in p]
+            for k, p in enumerate(parts)
+        }
         by_name = {n.name: n for n in copy_.graph_module.graph.nodes}
         for p in parts:  # as ``partition`` records them for the final partitions
             io = partition_io(p, self.contract.constants)

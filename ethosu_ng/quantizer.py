@@ -21,12 +21,12 @@ _OUTPUT_DTYPES = (None, torch.int8, torch.uint8)
 
 class EthosUNGQuantizer(upstream.EthosUQuantizer):
     """Args:
-        compile_spec: the target's ``EthosUNGCompileSpec``.
-        input_dtype: ``None`` keeps program inputs float (quantize on CPU); ``torch.int8`` /
-            ``torch.uint8`` make the program's inputs integer tensors.
-        output_dtype: ``None`` keeps outputs float (dequantize on CPU); ``torch.int8`` (or
-            ``torch.uint8``) makes them integer.
-        per_channel: per-channel weight quantization (default True).
+    compile_spec: the target's ``EthosUNGCompileSpec``.
+    input_dtype: ``None`` keeps program inputs float (quantize on CPU); ``torch.int8`` /
+        ``torch.uint8`` make the program's inputs integer tensors.
+    output_dtype: ``None`` keeps outputs float (dequantize on CPU); ``torch.int8`` (or
+        ``torch.uint8``) makes them integer.
+    per_channel: per-channel weight quantization (default True).
     """
 
     def __init__(
@@ -38,11 +38,16 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
     ):
         if not isinstance(compile_spec, EthosUNGCompileSpec):
             raise TypeError(
-                f"compile_spec must be an EthosUNGCompileSpec, got {type(compile_spec).__name__}")
+                f"compile_spec must be an EthosUNGCompileSpec, got {type(compile_spec).__name__}"
+            )
         if input_dtype not in _INPUT_DTYPES:
-            raise ValueError(f"input_dtype must be None, torch.int8 or torch.uint8, got {input_dtype}")
+            raise ValueError(
+                f"input_dtype must be None, torch.int8 or torch.uint8, got {input_dtype}"
+            )
         if output_dtype not in _OUTPUT_DTYPES:
-            raise ValueError(f"output_dtype must be None, torch.int8 or torch.uint8, got {output_dtype}")
+            raise ValueError(
+                f"output_dtype must be None, torch.int8 or torch.uint8, got {output_dtype}"
+            )
         super().__init__(upstream.upstream_compile_spec(compile_spec))
         self.ng_compile_spec = compile_spec
         self.input_dtype = input_dtype
@@ -60,8 +65,12 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
         model = super().annotate(model)
         if self.input_dtype is not None or self.output_dtype is not None:
             request = {
-                "input": None if self.input_dtype is None else str(self.input_dtype).replace("torch.", ""),
-                "output": None if self.output_dtype is None else str(self.output_dtype).replace("torch.", ""),
+                "input": None
+                if self.input_dtype is None
+                else str(self.input_dtype).replace("torch.", ""),
+                "output": None
+                if self.output_dtype is None
+                else str(self.output_dtype).replace("torch.", ""),
             }
             # torch.export keeps meta["custom"] on placeholders; EthosUNGPartitioner reads it.
             for n in model.graph.nodes:

@@ -28,8 +28,13 @@ def is_compute(name: str) -> bool:
 
 
 def spec_dict(s: TensorSpec) -> Dict[str, Any]:
-    return {"dtype": str(s.dtype).replace("torch.", ""), "shape": list(s.shape),
-            "dim_order": list(s.dim_order), "scale": s.scale, "zero_point": s.zero_point}
+    return {
+        "dtype": str(s.dtype).replace("torch.", ""),
+        "shape": list(s.shape),
+        "dim_order": list(s.dim_order),
+        "scale": s.scale,
+        "zero_point": s.zero_point,
+    }
 
 
 def _num(summary: Dict[str, str], key: str) -> Optional[float]:
@@ -54,7 +59,9 @@ def vela_estimates(summary: Dict[str, str]) -> Dict[str, Optional[float]]:
     }
 
 
-def build_report(edge, partitioner, pte: bytes, spec, model: str = "", stages=None) -> Dict[str, Any]:
+def build_report(
+    edge, partitioner, pte: bytes, spec, model: str = "", stages=None
+) -> Dict[str, Any]:
     program = edge.exported_program()
     gm = program.graph_module
     delegates = []
@@ -64,34 +71,61 @@ def build_report(edge, partitioner, pte: bytes, spec, model: str = "", stages=No
         lowered = getattr(gm, n.args[0].target)
         blob = DelegateBlob.from_bytes(lowered.processed_bytes)
         info = (lowered.meta or {}).get("_delegate_info_meta")
-        ops = [op_name(m.target) for m in lowered.original_module.graph.nodes if m.op == "call_function"]
-        delegates.append({
-            "name": n.args[0].target,
-            "ops": sorted(set(o for o in ops if is_compute(o))),
-            "n_compute_ops": sum(1 for o in ops if is_compute(o)),
-            "inputs": [spec_dict(s) for s in blob.inputs],
-            "outputs": [spec_dict(s) for s in blob.outputs],
-            "blob_bytes": len(lowered.processed_bytes),
-            "weights_bytes": len(blob.weights),
-            "command_stream_bytes": len(blob.command_stream),
-            "scratch_bytes": blob.scratch_size,
-            "vela": vela_estimates(getattr(info, "vela_summary", {}) or {}),
-        })
+        ops = [
+            op_name(m.target)
+            for m in lowered.original_module.graph.nodes
+            if m.op == "call_function"
+        ]
+        delegates.append(
+            {
+                "name": n.args[0].target,
+                "ops": sorted(set(o for o in ops if is_compute(o))),
+                "n_compute_ops": sum(1 for o in ops if is_compute(o)),
+                "inputs": [spec_dict(s) for s in blob.inputs],
+                "outputs": [spec_dict(s) for s in blob.outputs],
+                "blob_bytes": len(lowered.processed_bytes),
+                "weights_bytes": len(blob.weights),
+                "command_stream_bytes": len(blob.command_stream),
+                "scratch_bytes": blob.scratch_size,
+                "vela": vela_estimates(getattr(info, "vela_summary", {}) or {}),
+            }
+        )
     cpu = []
     rep = partitioner.report
     for n in gm.graph.nodes:
         if n.op == "call_function" and n.target is not CALL_DELEGATE:
             name = op_name(n.target)
             if is_compute(name):
-                cpu.append({"node": n.name, "op": name,
-                            "reason": rep.cpu_reasons.get(n.name, "not supported on the NPU")})
+                cpu.append(
+                    {
+                        "node": n.name,
+                        "op": name,
+                        "reason": rep.cpu_reasons.get(n.name, "not supported on the NPU"),
+                    }
+                )
     npu_ops = sum(d["n_compute_ops"] for d in delegates)
     ioq = io_quantization(edge)
     io = {
-        "inputs": [{"name": i.name, "dtype": str(i.dtype).replace("torch.", ""), "shape": list(i.shape),
-                    "scale": i.scale, "zero_point": i.zero_point} for i in ioq.inputs],
-        "outputs": [{"name": o.name, "dtype": str(o.dtype).replace("torch.", ""), "shape": list(o.shape),
-                     "scale": o.scale, "zero_point": o.zero_point} for o in ioq.outputs],
+        "inputs": [
+            {
+                "name": i.name,
+                "dtype": str(i.dtype).replace("torch.", ""),
+                "shape": list(i.shape),
+                "scale": i.scale,
+                "zero_point": i.zero_point,
+            }
+            for i in ioq.inputs
+        ],
+        "outputs": [
+            {
+                "name": o.name,
+                "dtype": str(o.dtype).replace("torch.", ""),
+                "shape": list(o.shape),
+                "scale": o.scale,
+                "zero_point": o.zero_point,
+            }
+            for o in ioq.outputs
+        ],
     }
     cycles = [d["vela"]["npu_cycles"] for d in delegates if d["vela"]["npu_cycles"] is not None]
     return {
@@ -103,8 +137,10 @@ def build_report(edge, partitioner, pte: bytes, spec, model: str = "", stages=No
         "delegates": delegates,
         "cpu_ops": cpu,
         # Ops the NPU compiler failed on, moved to the CPU by the partitioner (culprit_search).
-        "compiler_fallback": [{"node": n, "op": rep.cpu_targets.get(n, "?"), "reason": why}
-                              for n, why in getattr(rep, "compiler_fallback", {}).items()],
+        "compiler_fallback": [
+            {"node": n, "op": rep.cpu_targets.get(n, "?"), "reason": why}
+            for n, why in getattr(rep, "compiler_fallback", {}).items()
+        ],
         "program_io": io,
         "totals": {
             "partitions": len(delegates),
@@ -125,16 +161,28 @@ def from_pte(pte: bytes) -> Dict[str, Any]:
         if backend != "EthosUNGBackend":
             continue
         blob = DelegateBlob.from_bytes(data)
-        delegates.append({
-            "name": f"delegate_{k}", "ops": [], "n_compute_ops": None,
-            "inputs": [spec_dict(s) for s in blob.inputs],
-            "outputs": [spec_dict(s) for s in blob.outputs],
-            "blob_bytes": len(data), "weights_bytes": len(blob.weights),
-            "command_stream_bytes": len(blob.command_stream), "scratch_bytes": blob.scratch_size,
-            "vela": vela_estimates({}),
-        })
-    return {"model": "", "target": None, "delegates": delegates, "cpu_ops": [], "stages_s": {},
-            "totals": {"partitions": len(delegates), "pte_bytes": len(pte)}}
+        delegates.append(
+            {
+                "name": f"delegate_{k}",
+                "ops": [],
+                "n_compute_ops": None,
+                "inputs": [spec_dict(s) for s in blob.inputs],
+                "outputs": [spec_dict(s) for s in blob.outputs],
+                "blob_bytes": len(data),
+                "weights_bytes": len(blob.weights),
+                "command_stream_bytes": len(blob.command_stream),
+                "scratch_bytes": blob.scratch_size,
+                "vela": vela_estimates({}),
+            }
+        )
+    return {
+        "model": "",
+        "target": None,
+        "delegates": delegates,
+        "cpu_ops": [],
+        "stages_s": {},
+        "totals": {"partitions": len(delegates), "pte_bytes": len(pte)},
+    }
 
 
 def load(path: str) -> Dict[str, Any]:
@@ -167,20 +215,25 @@ def _io_text(specs: List[Dict[str, Any]]) -> str:
 
 
 def format_text(r: Dict[str, Any]) -> str:
-    lines = [f"model {r.get('model') or '?'}  target {r.get('target') or '?'}  "
-             f"({r.get('system_config') or '-'}, {r.get('memory_mode') or '-'})"]
+    lines = [
+        f"model {r.get('model') or '?'}  target {r.get('target') or '?'}  "
+        f"({r.get('system_config') or '-'}, {r.get('memory_mode') or '-'})"
+    ]
     if r.get("stages_s"):
         lines.append("stages: " + ", ".join(f"{k} {v:.1f}s" for k, v in r["stages_s"].items()))
     lines.append("")
-    lines.append(f"{'delegate':<18}{'ops':>6}{'NPU cycles':>14}{'time ms':>10}{'SRAM KiB':>10}"
-                 f"{'flash KiB':>11}{'MACs':>14}  IO")
+    lines.append(
+        f"{'delegate':<18}{'ops':>6}{'NPU cycles':>14}{'time ms':>10}{'SRAM KiB':>10}"
+        f"{'flash KiB':>11}{'MACs':>14}  IO"
+    )
     for d in r["delegates"]:
         v = d["vela"]
         lines.append(
             f"{d['name']:<18}{_fmt(d['n_compute_ops']):>6}{_fmt(v['npu_cycles']):>14}"
             f"{_fmt(v['inference_ms'], digits=3):>10}{_fmt(v['sram_kib'], digits=1):>10}"
             f"{_fmt(v['offchip_flash_kib'], digits=1):>11}{_fmt(v['macs']):>14}"
-            f"  in [{_io_text(d['inputs'])}] out [{_io_text(d['outputs'])}]")
+            f"  in [{_io_text(d['inputs'])}] out [{_io_text(d['outputs'])}]"
+        )
     if r["cpu_ops"]:
         lines.append("")
         lines.append("on the CPU:")
@@ -188,11 +241,15 @@ def format_text(r: Dict[str, Any]) -> str:
             lines.append(f"  {c['node']:<40} {c['op']:<36} {c['reason']}")
     if r.get("compiler_fallback"):
         lines.append("")
-        lines.append(f"moved to the CPU because the NPU compiler failed on them: "
-                     f"{len(r['compiler_fallback'])} op(s) (reasons above)")
+        lines.append(
+            f"moved to the CPU because the NPU compiler failed on them: "
+            f"{len(r['compiler_fallback'])} op(s) (reasons above)"
+        )
     t = r["totals"]
     lines.append("")
     share = t.get("npu_op_share")
-    lines.append(f"partitions {t['partitions']}  NPU op share "
-                 f"{'-' if share is None else f'{100 * share:.1f}%'}  .pte {_fmt(t['pte_bytes'])} B")
+    lines.append(
+        f"partitions {t['partitions']}  NPU op share "
+        f"{'-' if share is None else f'{100 * share:.1f}%'}  .pte {_fmt(t['pte_bytes'])} B"
+    )
     return "\n".join(lines)

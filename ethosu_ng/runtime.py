@@ -52,12 +52,22 @@ _NP_DTYPES = {1: np.int8, 2: np.uint8, 3: np.int16, 4: np.uint16, 5: np.int32}
 _P = ctypes.POINTER
 TOSA_CALLBACK = ctypes.CFUNCTYPE(
     ctypes.c_int,
-    ctypes.c_void_p, ctypes.c_size_t,                        # tosa, tosa_len
-    ctypes.c_int, _P(ctypes.c_void_p), _P(ctypes.c_int),     # n_in, in_ptrs, in_dtypes
-    _P(ctypes.c_int), _P(ctypes.c_int64), _P(ctypes.c_int64),  # in_ranks, in_shapes, in_bytes
-    ctypes.c_int, _P(ctypes.c_void_p), _P(ctypes.c_int),     # n_out, out_ptrs, out_dtypes
-    _P(ctypes.c_int), _P(ctypes.c_int64), _P(ctypes.c_int64),  # out_ranks, out_shapes, out_bytes
-    ctypes.c_void_p, ctypes.c_size_t,                        # err, err_cap
+    ctypes.c_void_p,
+    ctypes.c_size_t,  # tosa, tosa_len
+    ctypes.c_int,
+    _P(ctypes.c_void_p),
+    _P(ctypes.c_int),  # n_in, in_ptrs, in_dtypes
+    _P(ctypes.c_int),
+    _P(ctypes.c_int64),
+    _P(ctypes.c_int64),  # in_ranks, in_shapes, in_bytes
+    ctypes.c_int,
+    _P(ctypes.c_void_p),
+    _P(ctypes.c_int),  # n_out, out_ptrs, out_dtypes
+    _P(ctypes.c_int),
+    _P(ctypes.c_int64),
+    _P(ctypes.c_int64),  # out_ranks, out_shapes, out_bytes
+    ctypes.c_void_p,
+    ctypes.c_size_t,  # err, err_cap
 )
 
 _lock = threading.Lock()
@@ -96,8 +106,13 @@ MIN_CMAKE = (3, 28)
 
 def _cmake_version(exe: str) -> tuple:
     try:
-        out = subprocess.run([exe, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             text=True, timeout=30).stdout
+        out = subprocess.run(
+            [exe, "--version"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=30,
+        ).stdout
         return tuple(int(x) for x in out.split()[2].split(".")[:2])
     except Exception:  # noqa: BLE001 - not a usable cmake
         return ()
@@ -112,8 +127,10 @@ def _cmake() -> str:
             seen.append(cand)
             if _cmake_version(cand) >= MIN_CMAKE:
                 return cand
-    raise HostRuntimeError(f"no cmake >= {'.'.join(map(str, MIN_CMAKE))} found (tried {seen}); "
-                           "pip install 'cmake>=3.28'")
+    raise HostRuntimeError(
+        f"no cmake >= {'.'.join(map(str, MIN_CMAKE))} found (tried {seen}); "
+        "pip install 'cmake>=3.28'"
+    )
 
 
 @contextmanager
@@ -127,8 +144,12 @@ def _build_lock(build_dir: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def build_host_library(build_dir: Optional[Path] = None, *, targets: Sequence[str] = ("ethosu_ng_host",),
-                       extra_cmake_args: Sequence[str] = ()) -> Path:
+def build_host_library(
+    build_dir: Optional[Path] = None,
+    *,
+    targets: Sequence[str] = ("ethosu_ng_host",),
+    extra_cmake_args: Sequence[str] = (),
+) -> Path:
     """Configure (once) and build ``targets``; incremental, so cheap when nothing changed.
 
     Returns the path of libethosu_ng_host.so in ``build_dir``.
@@ -136,14 +157,23 @@ def build_host_library(build_dir: Optional[Path] = None, *, targets: Sequence[st
     if not (_REPO / "CMakeLists.txt").exists():
         raise HostRuntimeError(
             f"no CMakeLists.txt at {_REPO}: ethosu_ng is installed without its runtime sources; "
-            "set ETHOSU_NG_HOST_LIB to a prebuilt libethosu_ng_host.so")
+            "set ETHOSU_NG_HOST_LIB to a prebuilt libethosu_ng_host.so"
+        )
     build_dir = Path(build_dir or default_build_dir())
     cmake = _cmake()
     with _build_lock(build_dir):
         gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-        cmd = [cmake, "-S", str(_REPO), "-B", str(build_dir), *gen,
-               "-DCMAKE_BUILD_TYPE=Release", f"-DETHOSU_NG_PYTHON={sys.executable}",
-               *extra_cmake_args]
+        cmd = [
+            cmake,
+            "-S",
+            str(_REPO),
+            "-B",
+            str(build_dir),
+            *gen,
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-DETHOSU_NG_PYTHON={sys.executable}",
+            *extra_cmake_args,
+        ]
         # Configure once per argument set; a failed or different earlier configure is redone.
         stamp = build_dir / ".ethosu_ng_configured"
         configured = any((build_dir / f).exists() for f in ("build.ninja", "Makefile"))
@@ -151,8 +181,18 @@ def build_host_library(build_dir: Optional[Path] = None, *, targets: Sequence[st
             stamp.unlink(missing_ok=True)
             _run(cmd, "configure")
             stamp.write_text("\n".join(cmd))
-        _run([cmake, "--build", str(build_dir), "--parallel", str(os.cpu_count() or 2),
-              "--target", *targets], "build")
+        _run(
+            [
+                cmake,
+                "--build",
+                str(build_dir),
+                "--parallel",
+                str(os.cpu_count() or 2),
+                "--target",
+                *targets,
+            ],
+            "build",
+        )
     lib = build_dir / LIB_NAME
     if "ethosu_ng_host" in targets and not lib.exists():
         raise HostRuntimeError(f"build finished but {lib} is missing")
@@ -163,8 +203,10 @@ def _run(cmd: List[str], what: str) -> None:
     logger.info("ethosu_ng host runtime %s: %s", what, " ".join(cmd))
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0:
-        raise HostRuntimeError(f"host runtime {what} failed ({proc.returncode}):\n"
-                               f"$ {' '.join(cmd)}\n{proc.stdout[-8000:]}")
+        raise HostRuntimeError(
+            f"host runtime {what} failed ({proc.returncode}):\n"
+            f"$ {' '.join(cmd)}\n{proc.stdout[-8000:]}"
+        )
 
 
 def _stale(lib: Path) -> bool:
@@ -175,21 +217,41 @@ def _stale(lib: Path) -> bool:
 
 
 # ------------------------------------------------------------------ callback
-def _tosa_callback(tosa, tosa_len, n_in, in_ptrs, in_dtypes, in_ranks, in_shapes, in_bytes,
-                   n_out, out_ptrs, out_dtypes, out_ranks, out_shapes, out_bytes, err, err_cap):
+def _tosa_callback(
+    tosa,
+    tosa_len,
+    n_in,
+    in_ptrs,
+    in_dtypes,
+    in_ranks,
+    in_shapes,
+    in_bytes,
+    n_out,
+    out_ptrs,
+    out_dtypes,
+    out_ranks,
+    out_shapes,
+    out_bytes,
+    err,
+    err_cap,
+):
     """Called from C++ inside Method.execute: run the TOSA graph on the reference model."""
     global _last_error
     try:
         import tosa_reference_model as refmodel
 
         flatbuffer = ctypes.string_at(tosa, tosa_len)
-        inputs = [_array_at(in_ptrs[k], in_dtypes[k], in_ranks[k], in_shapes, k, in_bytes[k])
-                  for k in range(n_in)]
+        inputs = [
+            _array_at(in_ptrs[k], in_dtypes[k], in_ranks[k], in_shapes, k, in_bytes[k])
+            for k in range(n_in)
+        ]
         outs, status = refmodel.run(flatbuffer, inputs, initialize_variable_tensor_from_numpy=True)
         if status != refmodel.GraphStatus.TOSA_VALID:
             raise RuntimeError(f"TOSA reference model status {status}")
         if len(outs) != n_out:
-            raise RuntimeError(f"TOSA graph produced {len(outs)} outputs, the blob declares {n_out}")
+            raise RuntimeError(
+                f"TOSA graph produced {len(outs)} outputs, the blob declares {n_out}"
+            )
         for k, arr in enumerate(outs):
             data = _as_output(np.asarray(arr), out_dtypes[k], out_bytes[k], k)
             ctypes.memmove(out_ptrs[k], data.ctypes.data, data.nbytes)
@@ -217,7 +279,9 @@ def _as_output(arr: np.ndarray, code: int, nbytes: int, k: int) -> np.ndarray:
     arr = np.ascontiguousarray(arr)
     numel = nbytes // dtype.itemsize
     if arr.size != numel:
-        raise RuntimeError(f"output {k}: reference model gave {arr.size} elements, blob expects {numel}")
+        raise RuntimeError(
+            f"output {k}: reference model gave {arr.size} elements, blob expects {numel}"
+        )
     if arr.dtype.itemsize == dtype.itemsize:
         return arr.view(dtype)  # int8 graph tensor for a uint8 entry: same bits
     return arr.astype(dtype)  # e.g. a wider container for the same values
@@ -229,7 +293,9 @@ def last_callback_error() -> Optional[BaseException]:
 
 
 # ------------------------------------------------------------------ loading
-def load_host_runtime(rebuild: Optional[bool] = None, build_dir: Optional[Path] = None) -> ctypes.CDLL:
+def load_host_runtime(
+    rebuild: Optional[bool] = None, build_dir: Optional[Path] = None
+) -> ctypes.CDLL:
     """Build (if sources changed) and load libethosu_ng_host.so; register the TOSA callback.
 
     Idempotent: later calls return the already-loaded library (a process cannot reload it).
@@ -259,7 +325,9 @@ def load_host_runtime(rebuild: Optional[bool] = None, build_dir: Optional[Path] 
         lib.ethosu_ng_host_abi_version.restype = ctypes.c_int
         abi = lib.ethosu_ng_host_abi_version()
         if abi != HOST_ABI_VERSION:
-            raise HostRuntimeError(f"{lib_path} has host ABI {abi}, this module speaks {HOST_ABI_VERSION}")
+            raise HostRuntimeError(
+                f"{lib_path} has host ABI {abi}, this module speaks {HOST_ABI_VERSION}"
+            )
         lib.ethosu_ng_set_tosa_callback.argtypes = [TOSA_CALLBACK]
         lib.ethosu_ng_set_tosa_callback.restype = None
         lib.ethosu_ng_host_invoke_count.restype = ctypes.c_uint64
@@ -267,7 +335,9 @@ def load_host_runtime(rebuild: Optional[bool] = None, build_dir: Optional[Path] 
         lib.ethosu_ng_set_tosa_callback(_callback)
         names = Runtime.get().backend_registry.registered_backend_names
         if "EthosUNGBackend" not in names:
-            raise HostRuntimeError(f"loaded {lib_path} but EthosUNGBackend is not registered: {names}")
+            raise HostRuntimeError(
+                f"loaded {lib_path} but EthosUNGBackend is not registered: {names}"
+            )
         _lib = lib
         return lib
 
@@ -277,7 +347,9 @@ def delegate_invocations() -> int:
     return int(load_host_runtime().ethosu_ng_host_invoke_count())
 
 
-def program_input_dim_orders(pte: bytes, method: str = "forward") -> Optional[List[Optional[tuple]]]:
+def program_input_dim_orders(
+    pte: bytes, method: str = "forward"
+) -> Optional[List[Optional[tuple]]]:
     """Dim order of each tensor input of ``method`` as planned in the .pte (None: not a tensor).
 
     ``None`` if the program cannot be read (the reader is executorch's private serializer).
@@ -337,8 +409,12 @@ def run_pte(pte, inputs: Sequence, method: str = "forward") -> list:
     inputs = list(inputs)
     orders = program_input_dim_orders(data, method)
     if orders is not None and len(orders) == len(inputs):
-        inputs = [to_dim_order(t, o) if o is not None and hasattr(t, "stride") and t.dim() == len(o)
-                  else t for t, o in zip(inputs, orders)]
+        inputs = [
+            to_dim_order(t, o)
+            if o is not None and hasattr(t, "stride") and t.dim() == len(o)
+            else t
+            for t, o in zip(inputs, orders)
+        ]
     program = Runtime.get().load_program(data)
     loaded = program.load_method(method)
     if loaded is None:

@@ -18,9 +18,15 @@ from .compile_spec import EthosUNGCompileSpec
 from .op_names import op_name
 
 _SLICING = {"aten.select_copy.int", "aten.slice_copy.Tensor"}
-_VIEWS = {"aten.view_copy.default", "aten.squeeze_copy.dims", "aten.unsqueeze_copy.default",
-          "aten.permute_copy.default", "aten.clone.default", "dim_order_ops._clone_dim_order.default",
-          "quantized_decomposed.dequantize_per_tensor.default"}
+_VIEWS = {
+    "aten.view_copy.default",
+    "aten.squeeze_copy.dims",
+    "aten.unsqueeze_copy.default",
+    "aten.permute_copy.default",
+    "aten.clone.default",
+    "dim_order_ops._clone_dim_order.default",
+    "quantized_decomposed.dequantize_per_tensor.default",
+}
 _ELEMENTWISE = {"aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor"}
 
 
@@ -59,16 +65,23 @@ class TargetLimits(OperatorSupportBase):
             src, dim = node.args[0], node.args[1]
             val = src.meta.get("val") if isinstance(src, Node) else None
             step = node.args[4] if name == "aten.slice_copy.Tensor" and len(node.args) > 4 else 1
-            if (isinstance(val, torch.Tensor) and val.dim() >= 5 and isinstance(dim, int)
-                    and dim % val.dim() <= val.dim() - 3 and step == 1
-                    and math.prod(val.shape[dim % val.dim() + 1:-1]) > 1
-                    and _feeds_elementwise(node)):
+            if (
+                isinstance(val, torch.Tensor)
+                and val.dim() >= 5
+                and isinstance(dim, int)
+                and dim % val.dim() <= val.dim() - 3
+                and step == 1
+                and math.prod(val.shape[dim % val.dim() + 1 : -1]) > 1
+                and _feeds_elementwise(node)
+            ):
                 # Measured: a rank-5 SLICE of an outer dim -> RESHAPE to rank 4 -> MUL/ADD/CLAMP
                 # makes Vela 5.1.0 SIGSEGV for ethos-u55-128 (``x[1] * 0.5``, x: (3, 4, 2, 16, 8)).
                 # SliceOnMergedAxisPass rewrites every such slice of the ATen program (swin and
                 # mobilevit q, k, v) into a rank-2/3 slice that compiles; this only catches one
                 # that a decomposition creates after it (same conditions as the pass). Strided
                 # slices and slices of the two innermost dims compile (measured).
-                return (f"{self.spec.family}: slicing a rank-{val.dim()} tensor crashes Vela 5.1.0; "
-                        "kept on CPU (int8 data movement)")
+                return (
+                    f"{self.spec.family}: slicing a rank-{val.dim()} tensor crashes Vela 5.1.0; "
+                    "kept on CPU (int8 data movement)"
+                )
         return None

@@ -49,11 +49,15 @@ class TensorSpec:
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
         object.__setattr__(self, "dim_order", tuple(int(d) for d in self.dim_order))
         if self.dtype not in BOUNDARY_DTYPES:
-            raise ValueError(f"TensorSpec dtype must be an integer boundary dtype, got {self.dtype}")
+            raise ValueError(
+                f"TensorSpec dtype must be an integer boundary dtype, got {self.dtype}"
+            )
         if len(self.shape) > MAX_RANK:
             raise ValueError(f"rank {len(self.shape)} exceeds {MAX_RANK}")
         if sorted(self.dim_order) != list(range(len(self.shape))):
-            raise ValueError(f"dim_order {self.dim_order} is not a permutation of rank {len(self.shape)}")
+            raise ValueError(
+                f"dim_order {self.dim_order} is not a permutation of rank {len(self.shape)}"
+            )
 
     @property
     def elem_size(self) -> int:

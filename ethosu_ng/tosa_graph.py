@@ -10,8 +10,15 @@ from tosa.TosaGraph import TosaGraph
 
 # TOSA has no unsigned type: uint8 program IO is an INT8 tensor read by an unsigned RESCALE.
 TOSA_DTYPE_NAMES = {getattr(DType, k): k for k in dir(DType) if not k.startswith("_")}
-TOSA_ELEM_SIZE = {DType.INT8: 1, DType.INT16: 2, DType.INT32: 4, DType.BOOL: 1, DType.FP32: 4,
-                  DType.FP16: 2, DType.BF16: 2}
+TOSA_ELEM_SIZE = {
+    DType.INT8: 1,
+    DType.INT16: 2,
+    DType.INT32: 4,
+    DType.BOOL: 1,
+    DType.FP32: 4,
+    DType.FP16: 2,
+    DType.BF16: 2,
+}
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,7 @@ class TosaOpInfo:
     op: str
     inputs: Tuple[str, ...]
     outputs: Tuple[str, ...]
-    input_unsigned: bool = False   # RESCALE only
+    input_unsigned: bool = False  # RESCALE only
     output_unsigned: bool = False  # RESCALE only
 
 

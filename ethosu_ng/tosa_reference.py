@@ -10,7 +10,7 @@ reference values, so every delegate is judged on exactly the inputs the quantize
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, List, Sequence
 
 import numpy as np
 import torch
@@ -24,7 +24,7 @@ CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
 @dataclass
 class DelegateNumerics:
     name: str
-    max_lsb: List[int]             # per output: max |tosa - reference| in integer steps
+    max_lsb: List[int]  # per output: max |tosa - reference| in integer steps
     outputs_tosa: List[torch.Tensor] = field(repr=False, default_factory=list)
     outputs_ref: List[torch.Tensor] = field(repr=False, default_factory=list)
 
@@ -70,12 +70,16 @@ class _DelegateChecker(Interpreter):
             raise ValueError("delegate has no embedded TOSA graph; compile with embed_tosa=True")
         ref = lowered.original_module.module()(*inputs)
         ref = list(ref) if isinstance(ref, (list, tuple)) else [ref]
-        raw = run_tosa(blob.tosa, [torch.from_numpy(logical_to_npu(t, s)) for t, s in zip(inputs, blob.inputs)])
+        raw = run_tosa(
+            blob.tosa, [torch.from_numpy(logical_to_npu(t, s)) for t, s in zip(inputs, blob.inputs)]
+        )
         tosa_out = []
-        for k, (spec, arr) in enumerate(zip(blob.outputs, raw)):
+        for spec, arr in zip(blob.outputs, raw):
             tosa_out.append(npu_to_logical(np.asarray(arr), spec))
-        lsb = [int((a.to(torch.int64) - b.to(torch.int64)).abs().max().item()) if a.numel() else 0
-               for a, b in zip(tosa_out, ref)]
+        lsb = [
+            int((a.to(torch.int64) - b.to(torch.int64)).abs().max().item()) if a.numel() else 0
+            for a, b in zip(tosa_out, ref)
+        ]
         self.results.append(DelegateNumerics(lowered_name_of(self, lowered), lsb, tosa_out, ref))
         chosen = tosa_out if self.continue_with == "tosa" else ref
         return tuple(chosen)
@@ -93,7 +97,11 @@ def _module(program):
     (pass the same module on every call to carry mutable state such as buffers)."""
     if hasattr(program, "exported_program"):
         program = program.exported_program()
-    return program.module() if hasattr(program, "module") and not isinstance(program, torch.nn.Module) else program
+    return (
+        program.module()
+        if hasattr(program, "module") and not isinstance(program, torch.nn.Module)
+        else program
+    )
 
 
 def check_delegates(program_or_manager, inputs: Sequence[torch.Tensor]) -> List[DelegateNumerics]:

@@ -12,9 +12,6 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
-from torch.export import ExportedProgram
-from torch.fx.passes.operator_support import OperatorSupportBase
-
 from executorch.backends.arm.constants import DQ_OPS, Q_OPS  # noqa: F401  (re-exported)
 from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
 from executorch.backends.arm.quantizer import (
@@ -26,6 +23,8 @@ from executorch.backends.arm.tosa.backend import TOSABackend
 from executorch.backends.arm.tosa.specification import TosaLoweringContext
 from executorch.exir.backend.utils import WhyNoPartitionReporter
 from torch._export.utils import _get_shape_env_from_gm
+from torch.export import ExportedProgram
+from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .compile_spec import EthosUNGCompileSpec
 
@@ -56,7 +55,10 @@ def upstream_compile_spec(spec: EthosUNGCompileSpec) -> EthosUCompileSpec:
 
 def io_node_finders():
     """(inputs finder, outputs finder) for ``TOSAQuantizer.set_node_finder``."""
-    from executorch.backends.cortex_m.quantizer.node_finders import InputNodeFinder, OutputNodeFinder
+    from executorch.backends.cortex_m.quantizer.node_finders import (
+        InputNodeFinder,
+        OutputNodeFinder,
+    )
 
     return InputNodeFinder(), OutputNodeFinder()
 
@@ -125,7 +127,7 @@ def deferred_recompile() -> Iterator[None]:
         yield
         return
     real_recompile, real_code = GraphModule.recompile, GraphModule.code
-    dirty: "weakref.WeakSet[GraphModule]" = weakref.WeakSet()
+    dirty: weakref.WeakSet[GraphModule] = weakref.WeakSet()
 
     def flush(gm: GraphModule) -> None:
         if gm in dirty:
@@ -167,7 +169,11 @@ def list_argument_input_qparams(dequantize_nodes):
     )
 
     qargs, _ = FoldAndAnnotateQParamsPass()._extract_arg_input_params(list(dequantize_nodes))
-    return None if qargs is None else (float(qargs.get_scale_per_tensor()), int(qargs.get_zp_per_tensor()))
+    return (
+        None
+        if qargs is None
+        else (float(qargs.get_scale_per_tensor()), int(qargs.get_zp_per_tensor()))
+    )
 
 
 def mark_quantized(node: torch.fx.Node) -> None:
@@ -193,7 +199,9 @@ def pte_delegate_payloads(pte: bytes):
     for plan in program.execution_plan:
         for d in plan.delegates:
             if d.processed.location != 0:  # 0 = inline in backend_delegate_data
-                raise ValueError(f"delegate {d.id}: processed data stored out of line is not supported")
+                raise ValueError(
+                    f"delegate {d.id}: processed data stored out of line is not supported"
+                )
             out.append((d.id, bytes(program.backend_delegate_data[d.processed.index].data)))
     return out
 
@@ -210,7 +218,9 @@ def carve_partition(graph_module: torch.fx.GraphModule, owning_program: Exported
     nodes = _get_node_list_with_same_tag(graph_module, tag, owning_program)
     with graph_module._set_replace_hook(owning_program.graph_signature.get_replace_hook()):
         submodule, call_node = create_submodule_from_nodes(graph_module, nodes, tag)
-    program, _, _ = create_exported_program_from_submodule(submodule, owning_program, tag, call_node, False)
+    program, _, _ = create_exported_program_from_submodule(
+        submodule, owning_program, tag, call_node, False
+    )
     return program
 
 
@@ -219,4 +229,3 @@ def duplicate_shared_constants(program: ExportedProgram, tag: str) -> None:
     from executorch.exir.backend.utils import _maybe_duplicate_constant_nodes
 
     _maybe_duplicate_constant_nodes(program, tag)
-

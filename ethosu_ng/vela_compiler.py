@@ -12,7 +12,7 @@ import os
 import signal
 import tempfile
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 
@@ -26,8 +26,15 @@ class VelaError(RuntimeError):
     """Vela failed, crashed or timed out on one partition."""
 
     def __init__(self, partition: str, target: str, what: str, last_words: str):
-        self.partition, self.target, self.what, self.last_words = partition, target, what, last_words
-        super().__init__(f"Vela {what} compiling partition {partition!r} for {target}: {last_words}")
+        self.partition, self.target, self.what, self.last_words = (
+            partition,
+            target,
+            what,
+            last_words,
+        )
+        super().__init__(
+            f"Vela {what} compiling partition {partition!r} for {target}: {last_words}"
+        )
 
 
 @dataclass(frozen=True)
@@ -70,14 +77,19 @@ def compile_tosa(tosa: bytes, spec: EthosUNGCompileSpec, partition: str = "deleg
         argv = [*spec.vela_flags(), f"--output-dir={out_dir}", tosa_path]
         run = run_vela(_VELA_MAIN, argv, tmp, spec.vela_timeout_s)
         if run.returncode is None:
-            raise VelaError(partition, spec.target, f"timed out after {spec.vela_timeout_s:g} s",
-                            _last_words(run.output))
+            raise VelaError(
+                partition,
+                spec.target,
+                f"timed out after {spec.vela_timeout_s:g} s",
+                _last_words(run.output),
+            )
         if run.returncode < 0:
             sig = signal.Signals(-run.returncode).name
             raise VelaError(partition, spec.target, f"crashed ({sig})", _last_words(run.output))
         if run.returncode != 0:
-            raise VelaError(partition, spec.target, f"failed (exit {run.returncode})",
-                            _last_words(run.output))
+            raise VelaError(
+                partition, spec.target, f"failed (exit {run.returncode})", _last_words(run.output)
+            )
         npz = os.path.join(out_dir, "net_vela.npz")
         if not os.path.exists(npz):
             raise VelaError(partition, spec.target, "produced no output", _last_words(run.output))
@@ -93,11 +105,16 @@ def compile_tosa(tosa: bytes, spec: EthosUNGCompileSpec, partition: str = "deleg
 
 def _read_npz(path: str) -> VelaResult:
     with np.load(path, allow_pickle=False) as d:
+
         def tensors(prefix: str) -> List[VelaTensor]:
             shapes = d[f"{prefix}_shape"]
             return [
-                VelaTensor(tuple(int(x) for x in shapes[k]), int(d[f"{prefix}_elem_size"][k]),
-                           int(d[f"{prefix}_region"][k]), int(d[f"{prefix}_offset"][k]))
+                VelaTensor(
+                    tuple(int(x) for x in shapes[k]),
+                    int(d[f"{prefix}_elem_size"][k]),
+                    int(d[f"{prefix}_region"][k]),
+                    int(d[f"{prefix}_offset"][k]),
+                )
                 for k in range(len(shapes))
             ]
 

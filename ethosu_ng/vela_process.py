@@ -18,6 +18,7 @@ has gone. A zygote that misbehaves is discarded and the compile runs in a fresh 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import queue
@@ -33,7 +34,8 @@ from typing import List, Optional
 _ZYGOTE = r"""
 import json, os, signal, sys
 import ethosu.vela.vela  # the import every compile would otherwise pay
-# Dispositions and masks are inherited from the exporter: wait4 needs SIGCHLD, the time limit SIGALRM.
+# Dispositions and masks are inherited from the exporter: wait4 needs SIGCHLD, the time limit
+# SIGALRM.
 signal.signal(signal.SIGCHLD, signal.SIG_DFL); signal.signal(signal.SIGALRM, signal.SIG_DFL)
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD, signal.SIGALRM})
 try:
@@ -89,8 +91,13 @@ class Outcome:
 class _Zygote:
     def __init__(self) -> None:
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")  # fork-safe numpy
-        self.proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _ZYGOTE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
         try:
             self._start()
         except BaseException:
@@ -126,8 +133,16 @@ class _Zygote:
     def run(self, main: str, argv: List[str], log: str, timeout: float) -> Optional[int]:
         """The child's wait status, or None if it outlived its alarm by ``_GRACE_S``. Raises
         OSError if the zygote itself failed."""
-        req = json.dumps({"main": main, "argv": argv, "log": log, "timeout": timeout,
-                          "env": dict(os.environ), "cwd": os.getcwd()})
+        req = json.dumps(
+            {
+                "main": main,
+                "argv": argv,
+                "log": log,
+                "timeout": timeout,
+                "env": dict(os.environ),
+                "cwd": os.getcwd(),
+            }
+        )
         self.proc.stdin.write(req.encode() + b"\n")
         self.proc.stdin.flush()
         line = self._readline(_GRACE_S)
@@ -149,10 +164,8 @@ class _Zygote:
         except Exception:
             pass
         for f in (self.proc.stdin, self.proc.stdout):
-            try:
+            with contextlib.suppress(Exception):
                 f.close()
-            except Exception:
-                pass
 
 
 class _NoZygote(Exception):
@@ -163,7 +176,7 @@ class _ZygotePool:
     """Idle zygotes; a thread takes one for a compile, so parallel compiles use separate ones."""
 
     def __init__(self) -> None:
-        self.idle: "queue.SimpleQueue[_Zygote]" = queue.SimpleQueue()
+        self.idle: queue.SimpleQueue[_Zygote] = queue.SimpleQueue()
         self.all: List[_Zygote] = []
         self.lock = threading.Lock()
         self.broken = False
@@ -250,9 +263,14 @@ def run_vela(main: str, argv: List[str], workdir: str, timeout: float) -> Outcom
 def _run_fresh(main: str, argv: List[str], timeout: float) -> Outcome:
     """In a fresh interpreter: not on Linux, or the zygote failed."""
     try:
-        proc = subprocess.run([sys.executable, "-c", main, *argv], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, errors="replace",
-                              timeout=timeout if timeout < 1e6 else None)  # (no overflow)
+        proc = subprocess.run(
+            [sys.executable, "-c", main, *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            timeout=timeout if timeout < 1e6 else None,
+        )  # (no overflow)
     except subprocess.TimeoutExpired as e:
         out = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode(errors="replace")
         return Outcome(None, out)

@@ -1,6 +1,6 @@
 """Compile torchvision's MobileNetV2 (random weights, nothing downloaded) to a .pte for Ethos-U.
 
-    python examples/export_mobilenet_v2.py --target ethos-u55-128 -o mobilenet_v2.pte
+python examples/export_mobilenet_v2.py --target ethos-u55-128 -o mobilenet_v2.pte
 """
 
 import argparse
@@ -15,7 +15,9 @@ from ethosu_ng.export import lower, quantize
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--target", default="ethos-u55-128")
     ap.add_argument("-o", "--output", default="mobilenet_v2.pte")
     ap.add_argument("--calibration", type=int, default=2, help="random calibration batches")
@@ -45,8 +47,10 @@ def main() -> None:
             blob = DelegateBlob.from_bytes(getattr(program.graph_module, name).processed_bytes)
             ins = ", ".join(s.describe() for s in blob.inputs)
             outs = ", ".join(s.describe() for s in blob.outputs)
-            print(f"  {name}: in [{ins}] out [{outs}] scratch {blob.scratch_size} B, "
-                  f"weights {len(blob.weights)} B")
+            print(
+                f"  {name}: in [{ins}] out [{outs}] scratch {blob.scratch_size} B, "
+                f"weights {len(blob.weights)} B"
+            )
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ class AttentionBlock(nn.Module):
         q = q.reshape(b * h, n, d)
         k = k.reshape(b * h, n, d)
         v = v.reshape(b * h, n, d)
-        att = torch.bmm(q, k.transpose(1, 2)) * (d ** -0.5)
+        att = torch.bmm(q, k.transpose(1, 2)) * (d**-0.5)
         att = att.softmax(dim=-1)
         out = torch.bmm(att, v).reshape(b, h, n, d).permute(0, 2, 1, 3).reshape(b, n, c)
         return self.proj(out) + x

@@ -4,15 +4,14 @@ import logging
 
 import pytest
 import torch
-import torch.nn as nn
-
 from models import SmallCNN
+from tosa.DType import DType
+
 from ethosu_ng import BoundaryContractError, EthosUNGCompileSpec, EthosUNGPartitioner, TensorSpec
-from ethosu_ng.partition_compiler import check_io
 from ethosu_ng.delegate_io import DelegateIOSpec
+from ethosu_ng.partition_compiler import check_io
 from ethosu_ng.tosa_graph import TosaTensorInfo
 from ethosu_ng.vela_compiler import VelaResult, VelaTensor
-from tosa.DType import DType
 
 
 def test_unknown_target():
@@ -20,8 +19,9 @@ def test_unknown_target():
         EthosUNGCompileSpec("ethos-u99-1")
 
 
-@pytest.mark.parametrize("entry", ["bmm", "aten.not_an_op.default", "aten.bmm.nonexistent", 42,
-                                   torch.bmm])
+@pytest.mark.parametrize(
+    "entry", ["bmm", "aten.not_an_op.default", "aten.bmm.nonexistent", 42, torch.bmm]
+)
 def test_cpu_ops_entry_that_is_not_an_op(entry):
     with pytest.raises(ValueError, match=r"cpu_ops\[0\]"):
         EthosUNGPartitioner(EthosUNGCompileSpec("ethos-u55-128"), cpu_ops=[entry])
@@ -56,14 +56,21 @@ def test_float_model_delegates_nothing_and_stays_runnable(caplog):
 
 
 def _vela(elem_sizes_in, elem_sizes_out, shape=(1, 1, 1, 1, 2, 4)):
-    t = lambda e: VelaTensor(shape, e, 1, 0)
-    return VelaResult(b"", b"", 64, 0, [t(e) for e in elem_sizes_in], [t(e) for e in elem_sizes_out])
+    def t(e):
+        return VelaTensor(shape, e, 1, 0)
+
+    return VelaResult(
+        b"", b"", 64, 0, [t(e) for e in elem_sizes_in], [t(e) for e in elem_sizes_out]
+    )
 
 
 def _declared(dtype_in, dtype_out):
-    return DelegateIOSpec([TensorSpec(dtype_in, (2, 4), (0, 1), 0.1, 0)],
-                          [TensorSpec(dtype_out, (2, 4), (0, 1), 0.1, 0)],
-                          ["x_q"], ["view_copy_3"])
+    return DelegateIOSpec(
+        [TensorSpec(dtype_in, (2, 4), (0, 1), 0.1, 0)],
+        [TensorSpec(dtype_out, (2, 4), (0, 1), 0.1, 0)],
+        ["x_q"],
+        ["view_copy_3"],
+    )
 
 
 def test_preprocess_check_names_node_index_and_both_types():

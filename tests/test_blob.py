@@ -11,11 +11,16 @@ from ethosu_ng.tensor_spec import TensorSpec
 
 def sample(tosa=b"TOSA" * 5):
     return DelegateBlob(
-        inputs=[TensorSpec(torch.uint8, (1, 3, 8, 8), (0, 2, 3, 1), 1 / 255, 0, 1, 0),
-                TensorSpec(torch.int16, (4, 5), (0, 1), None, None, 1, 256)],
+        inputs=[
+            TensorSpec(torch.uint8, (1, 3, 8, 8), (0, 2, 3, 1), 1 / 255, 0, 1, 0),
+            TensorSpec(torch.int16, (4, 5), (0, 1), None, None, 1, 256),
+        ],
         outputs=[TensorSpec(torch.int8, (1, 10), (0, 1), 0.05, -3, 1, 512)],
-        command_stream=b"\x01" * 37, weights=b"\x02" * 100, scratch_size=1024,
-        fast_scratch_size=0, tosa=tosa,
+        command_stream=b"\x01" * 37,
+        weights=b"\x02" * 100,
+        scratch_size=1024,
+        fast_scratch_size=0,
+        tosa=tosa,
     )
 
 
@@ -45,27 +50,36 @@ def _patch(raw, off, fmt, value):
 
 def _sections(raw):
     n, off = struct.unpack_from("<H", raw, 22)[0], struct.unpack_from("<I", raw, 24)[0]
-    return [(off + k * SECTION_ENTRY.size, *SECTION_ENTRY.unpack_from(raw, off + k * SECTION_ENTRY.size)) for k in range(n)]
+    return [
+        (
+            off + k * SECTION_ENTRY.size,
+            *SECTION_ENTRY.unpack_from(raw, off + k * SECTION_ENTRY.size),
+        )
+        for k in range(n)
+    ]
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda r: r[:40], "truncated"),
-    (lambda r: r[:-16], "size field"),
-    (lambda r: b"XXXX" + r[4:], "magic"),
-    (lambda r: _patch(r, 4, "<H", 2), "version"),
-    (lambda r: _patch(r, 16, "<I", 72), "aligned"),
-    (lambda r: _patch(r, 24, "<I", 1 << 20), "outside"),
-    (lambda r: _patch(r, _sections(r)[0][0] + 4, "<I", len(r) - 16), "outside"),
-    (lambda r: _patch(r, _sections(r)[1][0] + 4, "<I", 8), "aligned"),
-    (lambda r: _patch(r, _sections(r)[0][0], "<I", 9), "unknown kind"),
-    (lambda r: _patch(r, 64, "<B", 77), "dtype code"),
-    (lambda r: _patch(r, 64 + 1, "<B", 9), "rank"),
-    (lambda r: _patch(r, 64 + 2, "<B", 4), "element size"),
-    (lambda r: _patch(r, 64 + 8, "<I", 5), "byte size"),
-    (lambda r: _patch(r, 64 + 4, "<I", 1000), "outside scratch"),
-    (lambda r: _patch(r, 64 + 44, "<B", 3), "permutation"),
-    (lambda r: _patch(r, 36, "<I", 0), "TOSA flag"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda r: r[:40], "truncated"),
+        (lambda r: r[:-16], "size field"),
+        (lambda r: b"XXXX" + r[4:], "magic"),
+        (lambda r: _patch(r, 4, "<H", 2), "version"),
+        (lambda r: _patch(r, 16, "<I", 72), "aligned"),
+        (lambda r: _patch(r, 24, "<I", 1 << 20), "outside"),
+        (lambda r: _patch(r, _sections(r)[0][0] + 4, "<I", len(r) - 16), "outside"),
+        (lambda r: _patch(r, _sections(r)[1][0] + 4, "<I", 8), "aligned"),
+        (lambda r: _patch(r, _sections(r)[0][0], "<I", 9), "unknown kind"),
+        (lambda r: _patch(r, 64, "<B", 77), "dtype code"),
+        (lambda r: _patch(r, 64 + 1, "<B", 9), "rank"),
+        (lambda r: _patch(r, 64 + 2, "<B", 4), "element size"),
+        (lambda r: _patch(r, 64 + 8, "<I", 5), "byte size"),
+        (lambda r: _patch(r, 64 + 4, "<I", 1000), "outside scratch"),
+        (lambda r: _patch(r, 64 + 44, "<B", 3), "permutation"),
+        (lambda r: _patch(r, 36, "<I", 0), "TOSA flag"),
+    ],
+)
 def test_malformed_blob_is_a_clear_value_error(mutate, message):
     with pytest.raises(ValueError, match=message):
         DelegateBlob.from_bytes(mutate(sample().to_bytes()))

@@ -5,7 +5,8 @@ import struct
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ethosu_ng.blob import DelegateBlob
 from ethosu_ng.tensor_spec import TensorSpec
@@ -15,7 +16,10 @@ def good() -> bytes:
     return DelegateBlob(
         inputs=[TensorSpec(torch.uint8, (1, 3, 4, 4), (0, 2, 3, 1), 1 / 255, 0, 1, 0)],
         outputs=[TensorSpec(torch.int8, (1, 10), (0, 1), 0.1, 3, 1, 64)],
-        command_stream=b"\x07" * 20, weights=b"\x01" * 33, scratch_size=128, tosa=b"T" * 9,
+        command_stream=b"\x07" * 20,
+        weights=b"\x01" * 33,
+        scratch_size=128,
+        tosa=b"T" * 9,
     ).to_bytes()
 
 
@@ -42,7 +46,9 @@ def test_random_bytes(data):
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.lists(st.tuples(st.integers(0, len(GOOD) - 1), st.integers(0, 255)), min_size=1, max_size=8))
+@given(
+    st.lists(st.tuples(st.integers(0, len(GOOD) - 1), st.integers(0, 255)), min_size=1, max_size=8)
+)
 def test_mutated_real_blob(edits):
     data = bytearray(GOOD)
     for pos, byte in edits:

@@ -8,9 +8,9 @@ eager quantized model within 1 LSB.
 
 import pytest
 import torch
-
 from conftest import calibration_batches
 from models import AttentionBlock, ConvSplitBmm
+
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, io_quantization
 from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower, quantize
@@ -45,7 +45,9 @@ def test_split_partition_boundary_is_integer(case, target):
     calls = list(delegate_calls(program))
     assert calls, "nothing was delegated"
     # The pinned op really stayed on CPU.
-    bmm = [n for n in program.graph.nodes if n.op == "call_function" and "aten.bmm" in str(n.target)]
+    bmm = [
+        n for n in program.graph.nodes if n.op == "call_function" and "aten.bmm" in str(n.target)
+    ]
     assert bmm, "bmm should stay on CPU"
     assert float_boundary_tensors(program) == []
 
@@ -75,9 +77,12 @@ def test_split_partition_boundary_is_integer(case, target):
         # Boundary users outside the delegate: dequantize, integer consumers or graph output.
         for user in node.users:
             for consumer in user.users:
-                ok = (consumer.op == "output" or "dequantize" in str(consumer.target)
-                      or consumer.target is CALL_DELEGATE  # int8 straight into the next delegate
-                      or not consumer.meta["val"].dtype.is_floating_point)
+                ok = (
+                    consumer.op == "output"
+                    or "dequantize" in str(consumer.target)
+                    or consumer.target is CALL_DELEGATE  # int8 straight into the next delegate
+                    or not consumer.meta["val"].dtype.is_floating_point
+                )
                 assert ok, f"{consumer.name} consumes a delegate output"
 
     # Numerics: each delegate's TOSA graph vs the eager quantized model at its boundary.

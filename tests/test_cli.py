@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,15 +25,27 @@ def run(argv, capsys):
 def compiled(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
     pte = str(d / "tiny.pte")
-    code = main(["compile", f"{FACTORY}:make", "--target", "ethos-u55-128", "-o", pte,
-                 "--cpu-op", "aten.add.Tensor", "--calibration", "2"])
+    code = main(
+        [
+            "compile",
+            f"{FACTORY}:make",
+            "--target",
+            "ethos-u55-128",
+            "-o",
+            pte,
+            "--cpu-op",
+            "aten.add.Tensor",
+            "--calibration",
+            "2",
+        ]
+    )
     assert code == 0
     return pte
 
 
 def test_compile_writes_pte_and_report(compiled):
     assert os.path.getsize(compiled) > 0
-    rep = json.load(open(compiled.replace(".pte", ".report.json")))
+    rep = json.loads(Path(compiled.replace(".pte", ".report.json")).read_text())
     assert rep["target"] == "ethos-u55-128"
     assert rep["totals"]["partitions"] == 2  # the pinned add splits convs | mean+fc
     assert rep["totals"]["pte_bytes"] == os.path.getsize(compiled)
@@ -65,18 +78,49 @@ def test_report_html_renders_in_headless_chromium(compiled, capsys, tmp_path):
             pytest.fail("chromium is required (ETHOSU_NG_REQUIRE_TOOLS is set)")
         pytest.skip("chromium not installed")
     png = tmp_path / "r.png"
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                    "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
-                    f"--screenshot={png}", "--window-size=900,900", f"file://{page}"],
-                   check=True, timeout=120, capture_output=True)
+    subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={png}",
+            "--window-size=900,900",
+            f"file://{page}",
+        ],
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
     assert png.stat().st_size > 5000  # a real rendered page, not a blank error
 
 
 def test_verify_runs_the_pte_on_the_host_runtime(tmp_path, capsys):
     pte = str(tmp_path / "v.pte")
-    assert main(["compile", f"{FACTORY}:make", "-o", pte, "--embed-tosa", "--calibration", "2",
-                 "--input-dtype", "int8", "--output-dtype", "int8"]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                f"{FACTORY}:make",
+                "-o",
+                pte,
+                "--embed-tosa",
+                "--calibration",
+                "2",
+                "--input-dtype",
+                "int8",
+                "--output-dtype",
+                "int8",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     code, out, err = run(["verify", pte, "-n", "2"], capsys)
     assert code == 0, err
@@ -88,17 +132,26 @@ def test_verify_needs_embedded_tosa(compiled, capsys):
     assert code != 0 and "--embed-tosa" in err
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["compile", "timm:no_such_model_xyz"], "no such timm model"),
-    (["compile", "tests/data/tiny_factory.py:make", "--target", "ethos-u99-1"], "valid targets"),
-    (["compile", "/no/such/file.py:make"], "no such file"),
-    (["compile", f"{FACTORY}:broken"], "factory exploded"),
-    (["compile", f"{FACTORY}:missing"], "defines no 'missing'"),
-    (["compile", f"{FACTORY}:make", "--cpu-op", "aten.nope.default"], "names no registered operator"),
-    (["compile", "resnet18"], "expected timm:NAME"),
-    (["report", "/no/such.pte"], "no such file"),
-    (["verify", "/no/such.pte"], "no such file"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["compile", "timm:no_such_model_xyz"], "no such timm model"),
+        (
+            ["compile", "tests/data/tiny_factory.py:make", "--target", "ethos-u99-1"],
+            "valid targets",
+        ),
+        (["compile", "/no/such/file.py:make"], "no such file"),
+        (["compile", f"{FACTORY}:broken"], "factory exploded"),
+        (["compile", f"{FACTORY}:missing"], "defines no 'missing'"),
+        (
+            ["compile", f"{FACTORY}:make", "--cpu-op", "aten.nope.default"],
+            "names no registered operator",
+        ),
+        (["compile", "resnet18"], "expected timm:NAME"),
+        (["report", "/no/such.pte"], "no such file"),
+        (["verify", "/no/such.pte"], "no such file"),
+    ],
+)
 def test_bad_input_is_one_line_and_nonzero(argv, needle, capsys):
     code, out, err = run(argv, capsys)
     assert code != 0

@@ -15,9 +15,17 @@ def test_every_target_round_trips_through_compile_specs(target):
 
 def test_targets_are_the_documented_set():
     assert set(TARGETS) == {
-        "ethos-u55-32", "ethos-u55-64", "ethos-u55-128", "ethos-u55-256",
-        "ethos-u65-256", "ethos-u65-512",
-        "ethos-u85-128", "ethos-u85-256", "ethos-u85-512", "ethos-u85-1024", "ethos-u85-2048",
+        "ethos-u55-32",
+        "ethos-u55-64",
+        "ethos-u55-128",
+        "ethos-u55-256",
+        "ethos-u65-256",
+        "ethos-u65-512",
+        "ethos-u85-128",
+        "ethos-u85-256",
+        "ethos-u85-512",
+        "ethos-u85-1024",
+        "ethos-u85-2048",
     }
 
 
@@ -35,14 +43,17 @@ def test_defaults_follow_the_family():
     assert "--system-config=X" in spec.vela_flags() and "--memory-mode=Y" in spec.vela_flags()
 
 
-@pytest.mark.parametrize("kwargs, exc", [
-    (dict(target=128), ValueError),
-    (dict(target="ethos-u55-128", extra_vela_flags="--verbose"), TypeError),
-    (dict(target="ethos-u55-128", extra_vela_flags=[1]), TypeError),
-    (dict(target="ethos-u55-128", embed_tosa="yes"), TypeError),
-    (dict(target="ethos-u55-128", vela_timeout_s=0), ValueError),
-    (dict(target="ethos-u55-128", system_config=3), TypeError),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc",
+    [
+        (dict(target=128), ValueError),
+        (dict(target="ethos-u55-128", extra_vela_flags="--verbose"), TypeError),
+        (dict(target="ethos-u55-128", extra_vela_flags=[1]), TypeError),
+        (dict(target="ethos-u55-128", embed_tosa="yes"), TypeError),
+        (dict(target="ethos-u55-128", vela_timeout_s=0), ValueError),
+        (dict(target="ethos-u55-128", system_config=3), TypeError),
+    ],
+)
 def test_wrong_types_are_rejected(kwargs, exc):
     with pytest.raises(exc):
         EthosUNGCompileSpec(**kwargs)

@@ -5,14 +5,12 @@ of three times. When the answer differs per node, the filter stays and the decis
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.export import ExportedProgram
-
+from conftest import calibration_batches
 from executorch.exir import to_edge_transform_and_lower
+from torch.export import ExportedProgram
 
 from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner, upstream
 from ethosu_ng.export import quantize
-
-from conftest import calibration_batches
 
 LINEAR = torch.ops.aten.linear.default
 HARDSWISH = torch.ops.aten.hardswish.default
@@ -79,9 +77,13 @@ def test_mixed_nodes_keep_the_per_node_filter():
     g = program.graph_module.graph
     first_linear = next(n for n in g.nodes if n.target == LINEAR)
     # Add a float linear on the program input (the filter is asked about each node by itself).
-    x = next(n for n in g.nodes if n.op == "placeholder" and n.name not in
-             program.graph_signature.inputs_to_parameters and n.name not in
-             program.graph_signature.inputs_to_buffers)
+    x = next(
+        n
+        for n in g.nodes
+        if n.op == "placeholder"
+        and n.name not in program.graph_signature.inputs_to_parameters
+        and n.name not in program.graph_signature.inputs_to_buffers
+    )
     with g.inserting_after(first_linear):
         float_linear = g.call_function(LINEAR, (x, first_linear.args[1]))
     float_linear.meta = dict(first_linear.meta)
@@ -101,12 +103,16 @@ def test_pinned_op_is_never_kept():
 def test_both_paths_give_the_same_program(monkeypatch):
     """The no-filter answer is a shortcut, not a different lowering: same .pte bytes as when
     executorch is handed the per-node filter."""
+
     def pte(force_filter):
         ep, spec = _quantized_program()
         part = EthosUNGPartitioner(spec)
         if force_filter:  # upstream's own answer: its op list and its per-node filter
-            monkeypatch.setattr(EthosUNGPartitioner, "ops_to_not_decompose",
-                                lambda self, program: upstream.ops_to_not_decompose(spec, program))
+            monkeypatch.setattr(
+                EthosUNGPartitioner,
+                "ops_to_not_decompose",
+                lambda self, program: upstream.ops_to_not_decompose(spec, program),
+            )
         out = to_edge_transform_and_lower(ep, partitioner=[part]).to_executorch().buffer
         monkeypatch.undo()
         return out

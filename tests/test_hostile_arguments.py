@@ -1,23 +1,41 @@
 """Wrong types and junk into the compile spec and the CLI: a clear ValueError/TypeError or a
 one-line CLI error with a non-zero exit, never a traceback or another exception type."""
 
-import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from ethosu_ng import EthosUNGCompileSpec, TARGETS
+from ethosu_ng import TARGETS, EthosUNGCompileSpec
 from ethosu_ng.cli import main
 
-junk = st.one_of(st.none(), st.integers(), st.floats(allow_nan=True), st.text(max_size=20),
-                 st.binary(max_size=8), st.lists(st.integers(), max_size=3), st.booleans())
+junk = st.one_of(
+    st.none(),
+    st.integers(),
+    st.floats(allow_nan=True),
+    st.text(max_size=20),
+    st.binary(max_size=8),
+    st.lists(st.integers(), max_size=3),
+    st.booleans(),
+)
 
 
 @settings(max_examples=200, deadline=None)
-@given(target=st.one_of(junk, st.sampled_from(TARGETS)), system_config=junk, memory_mode=junk,
-       flags=st.one_of(junk, st.lists(st.one_of(st.text(max_size=8), st.integers()), max_size=3)),
-       embed=junk, timeout=junk)
-def test_compile_spec_rejects_junk_cleanly(target, system_config, memory_mode, flags, embed, timeout):
-    kwargs = dict(system_config=system_config, memory_mode=memory_mode, embed_tosa=embed,
-                  vela_timeout_s=timeout)
+@given(
+    target=st.one_of(junk, st.sampled_from(TARGETS)),
+    system_config=junk,
+    memory_mode=junk,
+    flags=st.one_of(junk, st.lists(st.one_of(st.text(max_size=8), st.integers()), max_size=3)),
+    embed=junk,
+    timeout=junk,
+)
+def test_compile_spec_rejects_junk_cleanly(
+    target, system_config, memory_mode, flags, embed, timeout
+):
+    kwargs = dict(
+        system_config=system_config,
+        memory_mode=memory_mode,
+        embed_tosa=embed,
+        vela_timeout_s=timeout,
+    )
     if flags is not None:
         kwargs["extra_vela_flags"] = flags
     try:
@@ -29,7 +47,9 @@ def test_compile_spec_rejects_junk_cleanly(target, system_config, memory_mode, f
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12), max_size=4))
+@given(
+    st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12), max_size=4)
+)
 def test_cli_junk_arguments(capsys, argv):
     argv = ["compile", "timm:__no_such_model__"] + argv
     try:

@@ -3,12 +3,11 @@ op the float32 (eager) vs float64 difference from identical integer inputs."""
 
 import torch
 import torch.nn as nn
+from conftest import calibration_batches
 
 from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng.export import lower, quantize
 from ethosu_ng.op_numerics import check_ops, exact_outputs
-
-from conftest import calibration_batches
 
 qd = torch.ops.quantized_decomposed
 aten = torch.ops.aten
@@ -20,8 +19,10 @@ A, B, C = 0.013498382261231665, 0.025276319267505107, 0.02302506217464817
 
 class QuantizedAdd(nn.Module):
     def forward(self, x, y):
-        s = aten.add.Tensor(qd.dequantize_per_tensor.default(x, A, 0, -128, 127, torch.int8),
-                            qd.dequantize_per_tensor.default(y, B, 0, -128, 127, torch.int8))
+        s = aten.add.Tensor(
+            qd.dequantize_per_tensor.default(x, A, 0, -128, 127, torch.int8),
+            qd.dequantize_per_tensor.default(y, B, 0, -128, 127, torch.int8),
+        )
         return qd.quantize_per_tensor.default(s, C, 0, -128, 127, torch.int8)
 
 
@@ -38,7 +39,8 @@ def test_float32_rounds_a_near_tie_the_wrong_way_and_float64_does_not():
 
 
 class ConvSiluBlock(nn.Module):
-    """A MobileNetV2-like block: pointwise conv, SiLU, depthwise conv, SiLU, projection, residual."""
+    """A MobileNetV2-like block: pointwise conv, SiLU, depthwise conv, SiLU, projection,
+    residual."""
 
     def __init__(self):
         super().__init__()
@@ -63,8 +65,14 @@ def test_tosa_is_bit_exact_against_the_float64_evaluation():
     assert r.tosa_vs_exact == [0]
     assert r.lowering_worst == 0
     # one record per quantize in the partition (the input's quantize runs on the CPU side)
-    assert [o.op.split(".")[1] for o in r.ops] == ["convolution", "silu", "convolution", "silu",
-                                                   "convolution", "add"]
+    assert [o.op.split(".")[1] for o in r.ops] == [
+        "convolution",
+        "silu",
+        "convolution",
+        "silu",
+        "convolution",
+        "add",
+    ]
     assert all(o.max_lsb <= 1 for o in r.ops)
     assert r.outputs_exact[0].dtype == torch.int8
 

@@ -5,7 +5,6 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import calibration_batches
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, EthosUNGQuantizer, io_quantization
 from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower, quantize
@@ -34,8 +33,9 @@ def images(n, seed):
 def test_integer_program_io(in_dtype, target):
     model, x = TinyClassifier().eval(), images(1, 0)[0]
     spec = EthosUNGCompileSpec(target, embed_tosa=True)
-    q = quantize(model, x, spec, calibration=images(8, 1), input_dtype=in_dtype,
-                 output_dtype=torch.int8)
+    q = quantize(
+        model, x, spec, calibration=images(8, 1), input_dtype=in_dtype, output_dtype=torch.int8
+    )
     edge, part = lower(q, x, spec)
     program = edge.exported_program()
 
@@ -51,7 +51,9 @@ def test_integer_program_io(in_dtype, target):
     assert blob.inputs[0].zero_point == ioq.inputs[0].zero_point
     assert blob.outputs[0].zero_point == ioq.outputs[0].zero_point
     if in_dtype == torch.uint8:
-        assert ioq.inputs[0].zero_point == 0 and ioq.inputs[0].scale == pytest.approx(1 / 255, rel=0.05)
+        assert ioq.inputs[0].zero_point == 0 and ioq.inputs[0].scale == pytest.approx(
+            1 / 255, rel=0.05
+        )
 
     # uint8 only at the IO: inside the partition every non-placeholder tensor is int8/int32/float,
     # and in TOSA the unsigned step is a RESCALE with input_unsigned set.
@@ -82,13 +84,16 @@ def test_integer_program_io(in_dtype, target):
 def test_uint8_output():
     model, x = TinyClassifier().eval(), images(1, 0)[0]
     spec = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True)
-    q = quantize(model, x, spec, calibration=images(4, 1), input_dtype=torch.uint8,
-                 output_dtype=torch.uint8)
+    q = quantize(
+        model, x, spec, calibration=images(4, 1), input_dtype=torch.uint8, output_dtype=torch.uint8
+    )
     edge, part = lower(q, x, spec)
     ioq = io_quantization(edge)
     assert ioq.outputs[0].dtype == torch.uint8
     assert part.report.cpu_targets == {}
-    blob = DelegateBlob.from_bytes(edge.exported_program().graph_module.lowered_module_0.processed_bytes)
+    blob = DelegateBlob.from_bytes(
+        edge.exported_program().graph_module.lowered_module_0.processed_bytes
+    )
     assert any(o.op == "RESCALE" and o.output_unsigned for o in tosa_ops(blob.tosa))
     xi = ioq.inputs[0].quantize(x[0])
     assert max(r.worst for r in check_delegates(edge, (xi,))) <= 1

@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
 from ethosu_ng.boundary import float_boundary_tensors
@@ -48,7 +49,7 @@ class Block(nn.Module):
         if k == "hardswish":
             return F.hardswish(x)
         if k == "cat":
-            return torch.cat((x[:, : C // 2], skip[:, C // 2:]), 1)
+            return torch.cat((x[:, : C // 2], skip[:, C // 2 :]), 1)
         if k == "view":
             return x.reshape(1, C, H * W).reshape(1, C, H, W)
         if k == "permute":
@@ -71,16 +72,50 @@ class Block(nn.Module):
         raise ValueError(k)
 
 
-KINDS = ["conv", "dwconv", "linear", "add", "mul", "relu", "clamp", "hardswish", "cat", "view",
-         "permute", "split", "slice", "mean", "avgpool", "maxpool", "softmax", "layer_norm"]
+KINDS = [
+    "conv",
+    "dwconv",
+    "linear",
+    "add",
+    "mul",
+    "relu",
+    "clamp",
+    "hardswish",
+    "cat",
+    "view",
+    "permute",
+    "split",
+    "slice",
+    "mean",
+    "avgpool",
+    "maxpool",
+    "softmax",
+    "layer_norm",
+]
 
 # Edge-dialect ops these blocks lower to; any subset may be pinned to the CPU.
-PINNABLE = ["aten.convolution.default", "aten.linear.default", "aten.add.Tensor", "aten.mul.Tensor",
-            "aten.relu.default", "aten.clamp.default", "aten.hardswish.default", "aten.cat.default",
-            "aten.view_copy.default", "aten.permute_copy.default", "aten.slice_copy.Tensor",
-            "aten.split_with_sizes_copy.default", "aten.mean.dim", "aten.sub.Tensor",
-            "aten.avg_pool2d.default", "aten.max_pool2d.default", "aten.exp.default",
-            "aten.amax.default", "aten.sum.dim_IntList", "aten.reciprocal.default"]
+PINNABLE = [
+    "aten.convolution.default",
+    "aten.linear.default",
+    "aten.add.Tensor",
+    "aten.mul.Tensor",
+    "aten.relu.default",
+    "aten.clamp.default",
+    "aten.hardswish.default",
+    "aten.cat.default",
+    "aten.view_copy.default",
+    "aten.permute_copy.default",
+    "aten.slice_copy.Tensor",
+    "aten.split_with_sizes_copy.default",
+    "aten.mean.dim",
+    "aten.sub.Tensor",
+    "aten.avg_pool2d.default",
+    "aten.max_pool2d.default",
+    "aten.exp.default",
+    "aten.amax.default",
+    "aten.sum.dim_IntList",
+    "aten.reciprocal.default",
+]
 
 
 class RandomNet(nn.Module):
@@ -134,8 +169,12 @@ graphs = st.tuples(
 )
 
 
-@settings(max_examples=N_EXAMPLES, deadline=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=N_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
 @given(graphs)
 def test_random_graphs_keep_the_contract(case):
     check_one(*case)

@@ -23,8 +23,10 @@ def test_mobilenet_v2_is_one_delegate(target):
     assert float_boundary_tensors(program) == []
     # Only the program-edge quantize/dequantize stay on the CPU.
     cpu = set(part.report.cpu_targets.values())
-    assert cpu <= {"quantized_decomposed.quantize_per_tensor.default",
-                   "quantized_decomposed.dequantize_per_tensor.default"}, cpu
+    assert cpu <= {
+        "quantized_decomposed.quantize_per_tensor.default",
+        "quantized_decomposed.dequantize_per_tensor.default",
+    }, cpu
     blob = DelegateBlob.from_bytes(program.graph_module.lowered_module_0.processed_bytes)
     assert blob.inputs[0].shape == (1, 3, 224, 224) and blob.inputs[0].dtype == torch.int8
     assert blob.outputs[0].shape == (1, 1000) and blob.outputs[0].dtype == torch.int8

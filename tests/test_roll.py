@@ -38,11 +38,19 @@ class ShiftedWindowAttention(nn.Module):
         q, k, v = qkv[0], qkv[1], qkv[2]
         att = (q * (c // nh) ** -0.5) @ k.transpose(-2, -1)
         y = (att.softmax(-1) @ v).transpose(1, 2).reshape(-1, ws * ws, c)
-        y = self.proj(y).view(b, h // ws, w // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)
+        y = (
+            self.proj(y)
+            .view(b, h // ws, w // ws, ws, ws, c)
+            .permute(0, 1, 3, 2, 4, 5)
+            .reshape(b, h, w, c)
+        )
         return x + torch.roll(y, shifts=(self.shift, self.shift), dims=(1, 2))
 
 
-CASES = {"roll_only": (RollOnly, (1, 4, 7, 7)), "shifted_window": (ShiftedWindowAttention, (1, 8, 8, 16))}
+CASES = {
+    "roll_only": (RollOnly, (1, 4, 7, 7)),
+    "shifted_window": (ShiftedWindowAttention, (1, 8, 8, 16)),
+}
 
 
 @pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])

@@ -45,16 +45,33 @@ def test_ctest_with_sanitizers():
     cmake = _cmake_or_skip()
     build = Path(os.environ.get("ETHOSU_NG_SANITIZE_BUILD_DIR", REPO / "build" / "sanitize"))
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    _run([cmake, "-S", REPO, "-B", build, *gen, "-DCMAKE_BUILD_TYPE=Debug", "-DETHOSU_NG_SANITIZE=ON",
-          "-DETHOSU_NG_WERROR=ON", f"-DETHOSU_NG_PYTHON={sys.executable}"])
+    _run(
+        [
+            cmake,
+            "-S",
+            REPO,
+            "-B",
+            build,
+            *gen,
+            "-DCMAKE_BUILD_TYPE=Debug",
+            "-DETHOSU_NG_SANITIZE=ON",
+            "-DETHOSU_NG_WERROR=ON",
+            f"-DETHOSU_NG_PYTHON={sys.executable}",
+        ]
+    )
     _run([cmake, "--build", build, "--parallel", str(os.cpu_count() or 2)])
     ctest = Path(cmake).with_name("ctest")
-    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-    out = _run([str(ctest) if ctest.exists() else "ctest", "--test-dir", build, "--output-on-failure"],
-               env=env)
+    env = dict(
+        os.environ,
+        ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
+    )
+    out = _run(
+        [str(ctest) if ctest.exists() else "ctest", "--test-dir", build, "--output-on-failure"],
+        env=env,
+    )
     for name in CTESTS:
-        assert f"Test #" in out and f" {name} " in out, f"ctest did not run {name}:\n{out}"
+        assert "Test #" in out and f" {name} " in out, f"ctest did not run {name}:\n{out}"
     assert "100% tests passed" in out, out
     # The parser test really read the Python writer's blobs.
     blob_log = _run([build / "test_blob", build / "test_blobs"], env=env)
@@ -63,11 +80,14 @@ def test_ctest_with_sanitizers():
 
 def test_cortex_m_build():
     if shutil.which("arm-none-eabi-g++") is None:
-        _missing("arm-none-eabi-g++ not installed (apt-get install gcc-arm-none-eabi "
-                 "libnewlib-arm-none-eabi libstdc++-arm-none-eabi-newlib)")
+        _missing(
+            "arm-none-eabi-g++ not installed (apt-get install gcc-arm-none-eabi "
+            "libnewlib-arm-none-eabi libstdc++-arm-none-eabi-newlib)"
+        )
     cmake = _cmake_or_skip()
-    env = dict(os.environ, PYTHON=sys.executable, CMAKE=cmake,
-               BUILD_ROOT=str(REPO / "build" / "cortex-m"))
+    env = dict(
+        os.environ, PYTHON=sys.executable, CMAKE=cmake, BUILD_ROOT=str(REPO / "build" / "cortex-m")
+    )
     out = _run(["bash", REPO / "runtime" / "build_cortex_m.sh", "all"], env=env)
     for cpu in ("cortex-m55", "cortex-m85"):
         assert (REPO / "build" / "cortex-m" / cpu / "libethosu_ng_delegate.a").exists()

@@ -54,8 +54,14 @@ def fuzz_env():
 
 
 def _run(cmd, env, timeout):
-    proc = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, env=env, timeout=timeout)
+    proc = subprocess.run(
+        [str(c) for c in cmd],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
     return proc.returncode, proc.stdout
 
 
@@ -78,7 +84,9 @@ def test_corpus_replay(fuzz_env):
     assert rc == 0, out[-12000:]
     for f in files:
         rel = str(f.relative_to(REPO))
-        assert re.search(rf"Executed \S*{re.escape(rel)} in", out), f"{rel} not replayed:\n{out[-4000:]}"
+        assert re.search(rf"Executed \S*{re.escape(rel)} in", out), (
+            f"{rel} not replayed:\n{out[-4000:]}"
+        )
 
 
 def test_fuzz_for_ci_budget(fuzz_env):
@@ -88,6 +96,7 @@ def test_fuzz_for_ci_budget(fuzz_env):
     new = sorted(set(_corpus_files()) - before)
     assert rc == 0 and not new, (
         f"fuzzer finding(s) {[str(p) for p in new]} (fix the runtime, keep the file as a "
-        f"regression input):\n{out[-12000:]}")
+        f"regression input):\n{out[-12000:]}"
+    )
     m = re.search(r"stat::number_of_executed_units: (\d+)", out)
     assert m and int(m.group(1)) > 1000, out[-4000:]

@@ -11,14 +11,13 @@ References are computed before ``edge.to_executorch()``: that call mutates the e
 ``run_program_on_tosa`` on it afterwards is wrong for channels-last inputs.
 """
 
-
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-
 from conftest import calibration_batches
 from models import AttentionBlock, ConvSplitBmm
+
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
 from ethosu_ng import runtime as ngrt
 from ethosu_ng.export import lower, quantize
@@ -52,10 +51,15 @@ class Lowered:
         self.q = quantize(model.eval(), example, spec, calibration=calibration_batches(example))
         self.edge, _ = lower(self.q, example, spec, cpu_ops=list(cpu_ops))
         gm = self.edge.exported_program().graph_module
-        self.blobs = [DelegateBlob.from_bytes(getattr(gm, n.args[0].target).processed_bytes)
-                      for n in gm.graph.nodes if n.op == "call_function" and n.target is CALL_DELEGATE]
+        self.blobs = [
+            DelegateBlob.from_bytes(getattr(gm, n.args[0].target).processed_bytes)
+            for n in gm.graph.nodes
+            if n.op == "call_function" and n.target is CALL_DELEGATE
+        ]
         self.feeds = feeds or []
-        self.tosa_refs = [_as_list(run_program_on_tosa(self.edge, f)) for f in self.feeds] if embed_tosa else []
+        self.tosa_refs = (
+            [_as_list(run_program_on_tosa(self.edge, f)) for f in self.feeds] if embed_tosa else []
+        )
         self.pte = self.edge.to_executorch().buffer
 
     def eager(self, inputs):
@@ -158,11 +162,15 @@ def _images(n, seed, channels_last=False):
     return out
 
 
-@pytest.mark.parametrize("in_dtype, out_dtype, channels_last", [
-    (torch.uint8, torch.int8, False),
-    (torch.uint8, torch.uint8, True),
-    (torch.int8, torch.int8, True),
-], ids=["u8_in_i8_out", "u8_io_channels_last", "i8_io_channels_last"])
+@pytest.mark.parametrize(
+    "in_dtype, out_dtype, channels_last",
+    [
+        (torch.uint8, torch.int8, False),
+        (torch.uint8, torch.uint8, True),
+        (torch.int8, torch.int8, True),
+    ],
+    ids=["u8_in_i8_out", "u8_io_channels_last", "i8_io_channels_last"],
+)
 def test_integer_program_io(host, in_dtype, out_dtype, channels_last):
     """Integer program IO: the program inputs go straight into the delegate (uint8 as Byte),
     the delegate's integer outputs are the program outputs; no CPU op at the edges."""
@@ -171,14 +179,22 @@ def test_integer_program_io(host, in_dtype, out_dtype, channels_last):
     torch.manual_seed(0)
     x = _images(1, 0, channels_last)[0]
     spec = EthosUNGCompileSpec(U55, embed_tosa=True)
-    q = quantize(SmallConv().eval(), x, spec, calibration=_images(8, 1, channels_last),
-                 input_dtype=in_dtype, output_dtype=out_dtype)
+    q = quantize(
+        SmallConv().eval(),
+        x,
+        spec,
+        calibration=_images(8, 1, channels_last),
+        input_dtype=in_dtype,
+        output_dtype=out_dtype,
+    )
     edge, _ = lower(q, x, spec)
     ioq = io_quantization(edge)
     floats = _images(3, 2, channels_last)
     feeds = [(ioq.inputs[0].quantize(xf),) for (xf,) in floats]
     tosa_refs = [_as_list(run_program_on_tosa(edge, f)) for f in feeds]
-    blob = DelegateBlob.from_bytes(edge.exported_program().graph_module.lowered_module_0.processed_bytes)
+    blob = DelegateBlob.from_bytes(
+        edge.exported_program().graph_module.lowered_module_0.processed_bytes
+    )
     assert blob.inputs[0].dtype == in_dtype and blob.outputs[0].dtype == out_dtype
     assert blob.inputs[0].dim_order == ((0, 2, 3, 1) if channels_last else (0, 1, 2, 3))
     pte = edge.to_executorch().buffer
@@ -239,27 +255,53 @@ def _blob_at(pte: bytes) -> int:
 def _patched(pte: bytes, rel: int, data: bytes) -> bytes:
     b = bytearray(pte)
     at = _blob_at(pte) + rel
-    b[at:at + len(data)] = data
+    b[at : at + len(data)] = data
     return bytes(b)
 
 
 IO0 = 64  # first IO table entry (input 0)
 
 
-@pytest.mark.parametrize("name, rel, data, stage, message", [
-    # Valid blob, but the IO table disagrees with the tensors ExecuTorch hands us: execute().
-    ("input_dtype_uint8", IO0 + 0, bytes([2]), "execute", "input 0: dtype mismatch: expected uint8"),
-    ("input_shape", IO0 + 28, (10).to_bytes(4, "little") + (6).to_bytes(4, "little"),
-     "execute", "input 0: shape mismatch: expected [1, 3, 10, 6], got [1, 3, 6, 10]"),
-    ("output_dtype_uint8", IO0 + 64, bytes([2]), "execute", "output 0: dtype mismatch: expected uint8"),
-    # Malformed blobs: rejected by the parser at init (load_method).
-    ("magic", 0, b"XUNG", "init", "bad magic"),
-    ("elem_size", IO0 + 2, bytes([2]), "init", "input 0: element size 2 does not match int8"),
-    ("version", 4, (2).to_bytes(2, "little"), "init", "unsupported version 2"),
-    ("dim_order", IO0 + 44, bytes([1, 1]), "init", "input 0: dim_order is not a permutation"),
-    ("io_outside_scratch", IO0 + 4, (0xFFFFFF00).to_bytes(4, "little"), "init", "outside scratch"),
-    ("section_table", 24, (0x7FFFFFF0).to_bytes(4, "little"), "init", "section table"),
-])
+@pytest.mark.parametrize(
+    "name, rel, data, stage, message",
+    [
+        # Valid blob, but the IO table disagrees with the tensors ExecuTorch hands us: execute().
+        (
+            "input_dtype_uint8",
+            IO0 + 0,
+            bytes([2]),
+            "execute",
+            "input 0: dtype mismatch: expected uint8",
+        ),
+        (
+            "input_shape",
+            IO0 + 28,
+            (10).to_bytes(4, "little") + (6).to_bytes(4, "little"),
+            "execute",
+            "input 0: shape mismatch: expected [1, 3, 10, 6], got [1, 3, 6, 10]",
+        ),
+        (
+            "output_dtype_uint8",
+            IO0 + 64,
+            bytes([2]),
+            "execute",
+            "output 0: dtype mismatch: expected uint8",
+        ),
+        # Malformed blobs: rejected by the parser at init (load_method).
+        ("magic", 0, b"XUNG", "init", "bad magic"),
+        ("elem_size", IO0 + 2, bytes([2]), "init", "input 0: element size 2 does not match int8"),
+        ("version", 4, (2).to_bytes(2, "little"), "init", "unsupported version 2"),
+        ("dim_order", IO0 + 44, bytes([1, 1]), "init", "input 0: dim_order is not a permutation"),
+        (
+            "io_outside_scratch",
+            IO0 + 4,
+            (0xFFFFFF00).to_bytes(4, "little"),
+            "init",
+            "outside scratch",
+        ),
+        ("section_table", 24, (0x7FFFFFF0).to_bytes(4, "little"), "init", "section table"),
+    ],
+)
 def test_hostile_blob_in_pte(conv, capfd, name, rel, data, stage, message):
     from executorch.runtime import Runtime
 
@@ -301,7 +343,7 @@ def test_reference_model_takes_uint8_bits_for_int8_tensors(conv):
     b, sb = refmodel.run(tosa, [x.view(np.uint8)], initialize_variable_tensor_from_numpy=True)
     assert sa == sb == refmodel.GraphStatus.TOSA_VALID
     assert np.array_equal(a[0], b[0])
-    with pytest.raises(Exception):  # a wrong byte count is rejected, not reinterpreted
+    with pytest.raises(Exception):  # noqa: B017 - the reference model's own type; a wrong byte count is rejected, not reinterpreted
         refmodel.run(tosa, [x.astype(np.int16)], initialize_variable_tensor_from_numpy=True)
 
 

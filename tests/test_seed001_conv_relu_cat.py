@@ -5,12 +5,12 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from ethosu_ng import EthosUNGCompileSpec, EthosUNGQuantizer, io_quantization, upstream
 from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower
 from ethosu_ng.tosa_reference import check_delegates, run_program_on_tosa
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 
 class TinyConvReluCat(nn.Module):
@@ -34,16 +34,25 @@ def seed_recipe(target):
     y = torch.rand(1, 4, 16, 16) - 0.065
     spec = EthosUNGCompileSpec(target, embed_tosa=True)
     quantizer = EthosUNGQuantizer(spec)
-    quantizer.set_global(upstream.get_symmetric_quantization_config(
-        is_per_channel=True, act_qmin=-127, act_qmax=127, weight_qmin=-127, weight_qmax=127))
-    prepared = prepare_pt2e(torch.export.export(model, (x, y)).module(check_guards=False), quantizer)
+    quantizer.set_global(
+        upstream.get_symmetric_quantization_config(
+            is_per_channel=True, act_qmin=-127, act_qmax=127, weight_qmin=-127, weight_qmax=127
+        )
+    )
+    prepared = prepare_pt2e(
+        torch.export.export(model, (x, y)).module(check_guards=False), quantizer
+    )
     prepared(x, y)
     return convert_pt2e(prepared), (x, y), spec
 
 
 def relu_output_zero_point(q):
     for n in q.graph.nodes:
-        if n.op == "call_function" and "quantize_per_tensor" in str(n.target) and getattr(n.args[0], "name", "") == "relu":
+        if (
+            n.op == "call_function"
+            and "quantize_per_tensor" in str(n.target)
+            and getattr(n.args[0], "name", "") == "relu"
+        ):
             return int(n.args[2])
     return None
 
@@ -58,7 +67,7 @@ def test_non_fuseable_relu_is_delegated_and_exact(target):
     assert compute_on_cpu == set(), compute_on_cpu
     assert float_boundary_tensors(edge.exported_program()) == []
     g = torch.Generator().manual_seed(3)
-    for k in range(4):
+    for _ in range(4):
         x = torch.rand(1, 4, 16, 16, generator=g)
         y = torch.rand(1, 4, 16, 16, generator=g) - 0.065
         results = check_delegates(edge, (x, y))

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, io_quantization
+from ethosu_ng import EthosUNGCompileSpec, io_quantization
 from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower, quantize
 from ethosu_ng.tosa_reference import check_delegates, run_program_on_tosa
@@ -63,8 +63,14 @@ def test_io_cluster_is_delegated(case, target):
     cls, shapes = CASES[case]
     x = batch(shapes, 0)
     spec = EthosUNGCompileSpec(target, embed_tosa=True)
-    q = quantize(cls().eval(), x, spec, calibration=[batch(shapes, k) for k in range(4)],
-                 input_dtype=torch.uint8, output_dtype=torch.int8)
+    q = quantize(
+        cls().eval(),
+        x,
+        spec,
+        calibration=[batch(shapes, k) for k in range(4)],
+        input_dtype=torch.uint8,
+        output_dtype=torch.int8,
+    )
     edge, part = lower(q, x, spec)
     program = edge.exported_program()
     assert len(part.report.partitions) == 1
@@ -84,8 +90,14 @@ def test_state_buffer_is_int8_and_streams_like_the_quantized_model():
     shapes = [(1, 8, 4)]
     spec = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True)
     calib = [batch(shapes, k) for k in range(4)]
-    q = quantize(StreamingState().eval(), calib[0], spec, calibration=calib,
-                 input_dtype=torch.uint8, output_dtype=torch.int8)
+    q = quantize(
+        StreamingState().eval(),
+        calib[0],
+        spec,
+        calibration=calib,
+        input_dtype=torch.uint8,
+        output_dtype=torch.int8,
+    )
     q.state.zero_()  # calibration advanced the float state; start both from zero
     edge, _ = lower(q, calib[0], spec)
     program = edge.exported_program()
@@ -108,8 +120,14 @@ def test_state_buffer_initial_value_survives_serialization():
     shapes = [(1, 8, 4)]
     spec = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True)
     calib = [batch(shapes, k) for k in range(4)]
-    q = quantize(StreamingState().eval(), calib[0], spec, calibration=calib,
-                 input_dtype=torch.uint8, output_dtype=torch.int8)
+    q = quantize(
+        StreamingState().eval(),
+        calib[0],
+        spec,
+        calibration=calib,
+        input_dtype=torch.uint8,
+        output_dtype=torch.int8,
+    )
     q.state.zero_()
     edge, _ = lower(q, calib[0], spec)
     ioq = io_quantization(edge)

@@ -59,7 +59,10 @@ class QuantizedConstCat(nn.Module):
 def lower_handbuilt(model, x, target):
     ep = torch.export.export(model, x)
     for n in ep.graph.nodes:
-        if n.op == "call_function" and n.target in (torch.ops.aten.cat.default, torch.ops.aten.add.Tensor):
+        if n.op == "call_function" and n.target in (
+            torch.ops.aten.cat.default,
+            torch.ops.aten.add.Tensor,
+        ):
             upstream.mark_quantized(n)
     spec = EthosUNGCompileSpec(target, embed_tosa=True)
     return to_edge_transform_and_lower(ep, partitioner=[EthosUNGPartitioner(spec)])
@@ -71,14 +74,20 @@ def folded_constants(blob):
     for k in range(block.TensorsLength()):
         t = block.Tensors(k)
         if t.DataLength() and t.Type() == 3:  # INT8
-            out[t.Name().decode()] = (tuple(t.ShapeAsNumpy()), np.frombuffer(t.DataAsNumpy().tobytes(), np.int8))
+            out[t.Name().decode()] = (
+                tuple(t.ShapeAsNumpy()),
+                np.frombuffer(t.DataAsNumpy().tobytes(), np.int8),
+            )
     return out
 
 
 h, v = ramps()
 CASES = {
     "h_v_ramps": ([h, v], [(1 / 127, 0), (1 / 127, 0)]),
-    "three_inputs_different_qparams": ([h, 10 * v, 0.1 * h], [(1 / 127, 0), (10 / 127, 3), (0.1 / 127, -5)]),
+    "three_inputs_different_qparams": (
+        [h, 10 * v, 0.1 * h],
+        [(1 / 127, 0), (10 / 127, 3), (0.1 / 127, -5)],
+    ),
     "repeated_input": ([h, h, v], [(1 / 127, 0), (1 / 127, 0), (0.5 / 127, 7)]),
 }
 
@@ -95,7 +104,10 @@ def test_folded_cat_constant_is_exact(case, target):
     want = model.cat_reference()
     consts = [a for shape, a in folded_constants(blob).values() if a.size == want.numel()]
     assert consts, "folded cat constant not found in the TOSA graph"
-    best = min(int(np.abs(a.astype(np.int32) - want.flatten().numpy().astype(np.int32)).max()) for a in consts)
+    best = min(
+        int(np.abs(a.astype(np.int32) - want.flatten().numpy().astype(np.int32)).max())
+        for a in consts
+    )
     assert best == 0
     for r in check_delegates(edge, x):
         assert r.worst <= 1

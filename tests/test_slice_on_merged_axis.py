@@ -80,15 +80,22 @@ def test_rewrite_is_exact_and_leaves_no_rank5_slicing(case):
     assert p.rewritten >= 1
     for node in program.graph.nodes:
         if node.op == "call_function" and node.target in (
-                aten.select.int, aten.slice.Tensor, aten.unbind.int, aten.split.Tensor,
-                aten.split_with_sizes.default, aten.chunk.default):
+            aten.select.int,
+            aten.slice.Tensor,
+            aten.unbind.int,
+            aten.split.Tensor,
+            aten.split_with_sizes.default,
+            aten.chunk.default,
+        ):
             assert node.args[0].meta["val"].dim() <= 3, node.format_node()
     assert torch.equal(program.module()(x), expected)
 
 
 def test_inner_dims_and_strided_slices_are_left_alone():
     x = torch.randn(3, 4, 2, 5, 6)
-    program = torch.export.export(Slicing(lambda x: x[..., 1].sum() + x[:, :, :, 2].sum() + x[::2].sum()), (x,))
+    program = torch.export.export(
+        Slicing(lambda x: x[..., 1].sum() + x[:, :, :, 2].sum() + x[::2].sum()), (x,)
+    )
     p = SliceOnMergedAxisPass()
     p(program)
     assert p.rewritten == 0

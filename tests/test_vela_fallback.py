@@ -7,22 +7,18 @@ real (our process survives a segfaulting child), and the partitions that remain 
 output whose numerics are checked on the TOSA reference model (<= 1 LSB per delegate).
 """
 
-import os
-import sys
 import warnings
 
 import pytest
 import torch
+from conftest import calibration_batches
 from torch import nn
 
-from ethosu_ng import EthosUNGCompileSpec
-from ethosu_ng import vela_compiler
+from ethosu_ng import EthosUNGCompileSpec, vela_compiler
 from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower, quantize
 from ethosu_ng.tosa_reference import check_delegates
 from ethosu_ng.vela_compiler import VelaError
-
-from conftest import calibration_batches
 
 FAKE_VELA = r"""
 import os, signal, sys, time
@@ -54,7 +50,8 @@ class Blocks(nn.Module):
         self.stem = nn.Conv2d(3, 8, 3, padding=1)
         self.blocks = nn.ModuleList(
             nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 1, 1))
-            for _ in range(3))
+            for _ in range(3)
+        )
         self.head = nn.Linear(8, 4)
 
     def forward(self, x):
@@ -71,6 +68,7 @@ def fake_vela(monkeypatch):
     def fail_on(ops, how="segfault"):
         monkeypatch.setenv("FAKE_VELA_FAIL_ON", ",".join(ops))
         monkeypatch.setenv("FAKE_VELA_HOW", how)
+
     return fail_on
 
 
@@ -172,6 +170,7 @@ def test_real_vela_segfault_falls_back(monkeypatch):
     predictive limit that normally avoid the crashing slice: Vela segfaults, the search finds
     the op."""
     from test_roll import ShiftedWindowAttention
+
     from ethosu_ng.passes import SliceOnMergedAxisPass
     from ethosu_ng.target_limits import TargetLimits
 

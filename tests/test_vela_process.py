@@ -29,7 +29,10 @@ def test_exit_code_output_and_zygote_reuse(pool, tmp_path):
 
 
 def test_segfault_is_a_signal_not_a_crash_of_ours(pool, tmp_path):
-    src = "import os, signal; print('about to crash', flush=True); os.kill(os.getpid(), signal.SIGSEGV)"
+    src = (
+        "import os, signal; print('about to crash', flush=True); "
+        "os.kill(os.getpid(), signal.SIGSEGV)"
+    )
     r = vela_process.run_vela(src, [], str(tmp_path), 10)
     assert r.returncode == -signal.SIGSEGV and "about to crash" in r.output
     ok = vela_process.run_vela("print('still fine')", [], str(tmp_path), 10)
@@ -38,8 +41,9 @@ def test_segfault_is_a_signal_not_a_crash_of_ours(pool, tmp_path):
 
 def test_hang_is_ended_by_the_time_limit(pool, tmp_path):
     t = time.monotonic()
-    r = vela_process.run_vela("import time; print('waiting', flush=True); time.sleep(60)",
-                              [], str(tmp_path), 1)
+    r = vela_process.run_vela(
+        "import time; print('waiting', flush=True); time.sleep(60)", [], str(tmp_path), 1
+    )
     assert r.returncode is None and "waiting" in r.output
     assert time.monotonic() - t < 10
     assert len(pool.all) == 1  # the zygote's child timed out, not a fresh interpreter
@@ -75,8 +79,12 @@ def test_without_a_zygote_a_fresh_interpreter_runs_it(pool, tmp_path):
 def test_cpu_of_zygote_children_is_accounted(pool, tmp_path):
     vela_process.run_vela("pass", [], str(tmp_path), 10)  # the zygote's own start-up is counted now
     before = vela_process.cpu_seconds()
-    r = vela_process.run_vela("import time\nt = time.process_time()\n"
-                              "while time.process_time() - t < 0.5: pass", [], str(tmp_path), 10)
+    r = vela_process.run_vela(
+        "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass",
+        [],
+        str(tmp_path),
+        10,
+    )
     assert r.returncode == 0
     assert vela_process.cpu_seconds() - before >= 0.5  # the child's burn
 
@@ -90,9 +98,11 @@ def test_dead_zygote_means_a_retry_in_a_fresh_interpreter(pool, tmp_path):
     # The first run kills the zygote it was forked from; the retry (a fresh interpreter, whose
     # parent is this process) must not, so it is told apart by a marker file.
     marker = tmp_path / "tried"
-    src = (f"import os, pathlib, signal, sys\nm = pathlib.Path({str(marker)!r})\n"
-           "if not m.exists():\n    m.write_text('x'); os.kill(os.getppid(), signal.SIGKILL)\n"
-           "    import time; time.sleep(30)\nprint('retried'); sys.exit(4)")
+    src = (
+        f"import os, pathlib, signal, sys\nm = pathlib.Path({str(marker)!r})\n"
+        "if not m.exists():\n    m.write_text('x'); os.kill(os.getppid(), signal.SIGKILL)\n"
+        "    import time; time.sleep(30)\nprint('retried'); sys.exit(4)"
+    )
     t = time.monotonic()
     r = vela_process.run_vela(src, [], str(tmp_path), 60)
     assert r.returncode == 4 and "retried" in r.output, r
@@ -110,6 +120,7 @@ def test_exporter_ignoring_sigchld_does_not_break_compiles(pool, tmp_path):
 
 def test_high_descriptor_numbers_are_fine(pool, tmp_path):
     import resource
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 1200:
         pytest.skip("descriptor limit below 1200")

@@ -18,31 +18,60 @@ change the graph, via ``transform_for_pre_decomposition``).
 from __future__ import annotations
 
 import operator
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional
 
 import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
 # qparams() accepts int8/int16 only: uint8 may exist only at the program's IO, never inside.
-from .qdq_nodes import DQ_PER_TENSOR, Q_PER_TENSOR, QParams, as_dtype, qparams, rename_outputs, retype
+from .qdq_nodes import (
+    DQ_PER_TENSOR,
+    Q_PER_TENSOR,
+    QParams,
+    as_dtype,
+    qparams,
+    rename_outputs,
+    retype,
+)
 
 aten = torch.ops.aten
 
-SINGLE_OUTPUT_PASS_THROUGH = frozenset({
-    aten.view.default, aten.reshape.default, aten._unsafe_view.default,
-    aten.permute.default, aten.transpose.int, aten.t.default,
-    aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.unsqueeze.default,
-    aten.flatten.using_ints, aten.unflatten.int,
-    aten.slice.Tensor, aten.select.int, aten.narrow.default,
-    aten.clone.default, aten.alias.default, aten.detach.default,
-    aten.expand.default, aten.repeat.default,
-})
-MULTI_OUTPUT_PASS_THROUGH = frozenset({
-    aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default,
-})
+SINGLE_OUTPUT_PASS_THROUGH = frozenset(
+    {
+        aten.view.default,
+        aten.reshape.default,
+        aten._unsafe_view.default,
+        aten.permute.default,
+        aten.transpose.int,
+        aten.t.default,
+        aten.squeeze.default,
+        aten.squeeze.dim,
+        aten.squeeze.dims,
+        aten.unsqueeze.default,
+        aten.flatten.using_ints,
+        aten.unflatten.int,
+        aten.slice.Tensor,
+        aten.select.int,
+        aten.narrow.default,
+        aten.clone.default,
+        aten.alias.default,
+        aten.detach.default,
+        aten.expand.default,
+        aten.repeat.default,
+    }
+)
+MULTI_OUTPUT_PASS_THROUGH = frozenset(
+    {
+        aten.split.Tensor,
+        aten.split_with_sizes.default,
+        aten.unbind.int,
+        aten.chunk.default,
+    }
+)
 LIST_INPUT_PASS_THROUGH = frozenset({aten.cat.default, aten.concat.default})
 PASS_THROUGH_OPS = SINGLE_OUTPUT_PASS_THROUGH | MULTI_OUTPUT_PASS_THROUGH | LIST_INPUT_PASS_THROUGH
+
 
 def _tensor_inputs(node: Node) -> Optional[List[Node]]:
     if node.target in LIST_INPUT_PASS_THROUGH:
@@ -154,4 +183,3 @@ class CommuteQDQThroughPassThroughPass:
             u.replace_all_uses_with(node)
             graph.erase_node(u)
         return True
-

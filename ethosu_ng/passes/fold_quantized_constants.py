@@ -62,28 +62,39 @@ class FoldQuantizedConstantsPass:
                     is_const.add(n)
                 elif not n.all_input_nodes and n.target not in _Q_OPS:
                     is_const.add(n)  # e.g. linspace / arange / full with literal arguments
+
         # Fold the frontier: constant quantize nodes whose value leaves the constant cone and
         # that are computed (not just an already-frozen parameter).
         def leaves_cone(n: Node) -> bool:
             # Directly, or through the dequantize that reads it.
-            return any(u not in is_const or (u.op == "call_function" and "dequantize" in str(u.target)
-                                             and any(w not in is_const for w in u.users))
-                       for u in n.users)
+            return any(
+                u not in is_const
+                or (
+                    u.op == "call_function"
+                    and "dequantize" in str(u.target)
+                    and any(w not in is_const for w in u.users)
+                )
+                for u in n.users
+            )
 
         targets = [
-            n for n in graph.nodes
-            if n in is_const and n.target in _Q_OPS and leaves_cone(n)
-            and not (n.args[0].op == "placeholder")
+            n
+            for n in graph.nodes
+            if n in is_const
+            and n.target in _Q_OPS
+            and leaves_cone(n)
+            and n.args[0].op != "placeholder"
         ]
         self.folded = 0
         if not targets:
             return program
         values = self._evaluate(program, graph, is_const, consts, set(targets))
-        first_user_input = next(
-            n for n in graph.nodes
-            if n.op == "placeholder" and n.name not in consts
-        ) if any(n.op == "placeholder" and n.name not in consts for n in graph.nodes) else None
-        for k, q in enumerate(targets):
+        first_user_input = (
+            next(n for n in graph.nodes if n.op == "placeholder" and n.name not in consts)
+            if any(n.op == "placeholder" and n.name not in consts for n in graph.nodes)
+            else None
+        )
+        for q in targets:
             self._replace_with_constant(program, graph, q, values[q], first_user_input)
             self.folded += 1
         graph.eliminate_dead_code()
@@ -133,5 +144,9 @@ class FoldQuantizedConstantsPass:
         q.replace_all_uses_with(ph)
         specs = program.graph_signature.input_specs
         index = [n for n in graph.nodes if n.op == "placeholder"].index(ph)
-        specs.insert(index, InputSpec(kind=InputKind.CONSTANT_TENSOR,
-                                      arg=TensorArgument(name=ph.name), target=name))
+        specs.insert(
+            index,
+            InputSpec(
+                kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=ph.name), target=name
+            ),
+        )

@@ -14,7 +14,7 @@ and every tensor inside a delegate is int8.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 import torch
 from torch.export import ExportedProgram
@@ -40,7 +40,11 @@ def _dtype(name: Optional[str]) -> Optional[torch.dtype]:
 
 
 def _qdtype(node: Node) -> Optional[torch.dtype]:
-    if node.op == "call_function" and node.target in (Q_PER_TENSOR, DQ_PER_TENSOR) and len(node.args) >= 6:
+    if (
+        node.op == "call_function"
+        and node.target in (Q_PER_TENSOR, DQ_PER_TENSOR)
+        and len(node.args) >= 6
+    ):
         return node.args[5]
     return None
 
@@ -59,7 +63,9 @@ class IntegerProgramIOPass:
         names_before = [a.name if isinstance(a, Node) else None for a in out_node.args[0]]
         user_inputs = list(program.graph_signature.user_inputs)
         if in_dtype is not None:
-            for k, n in enumerate(n for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs):
+            for k, n in enumerate(
+                n for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs
+            ):
                 self._integer_input(graph, k, n, in_dtype)
         if out_dtype is not None:
             outs = list(out_node.args[0])
@@ -94,7 +100,8 @@ class IntegerProgramIOPass:
             raise IntegerProgramIOError(
                 f"program input {k} ({x.name}) is not quantized to {dtype} right at the input "
                 f"(users: {[u.name for u in x.users]}); was the model quantized with "
-                f"EthosUNGQuantizer(input_dtype={dtype})?")
+                f"EthosUNGQuantizer(input_dtype={dtype})?"
+            )
         q = chain[-1]
         x.meta["val"] = as_dtype(val, dtype)
         x.meta.pop("tensor_meta", None)
@@ -112,4 +119,5 @@ class IntegerProgramIOPass:
             node = node.args[0]
         raise IntegerProgramIOError(
             f"program output {k} ({out.name}) is not produced by a {dtype} quantize; was the model "
-            f"quantized with EthosUNGQuantizer(output_dtype={dtype})?")
+            f"quantized with EthosUNGQuantizer(output_dtype={dtype})?"
+        )

@@ -29,8 +29,12 @@ class LowerRollPass:
             shifts = [shifts] if isinstance(shifts, int) else list(shifts)
             dims = [dims] if isinstance(dims, int) else list(dims or [])
             val = node.meta.get("val")
-            if (not dims or len(dims) != len(shifts) or not isinstance(val, torch.Tensor)
-                    or not all(isinstance(s, int) for s in shifts)):
+            if (
+                not dims
+                or len(dims) != len(shifts)
+                or not isinstance(val, torch.Tensor)
+                or not all(isinstance(s, int) for s in shifts)
+            ):
                 continue  # flattened or symbolic roll: leave it to the default decomposition
             cur: Node = x
             shape = list(val.shape)
@@ -49,7 +53,9 @@ class LowerRollPass:
                     for new, length in ((tail, s), (head, n - s)):
                         sub = list(shape)
                         sub[d] = length
-                        new.meta = {k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")}
+                        new.meta = {
+                            k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")
+                        }
                         with val.fake_mode:
                             new.meta["val"] = torch.empty(sub, dtype=val.dtype)
                     cat.meta = dict(node.meta)

@@ -47,7 +47,8 @@ class QuantizeStateBuffersPass:
             store = program.state_dict if spec.persistent else program.constants
             scale, zp, qmin, qmax, dtype = qp
             store[spec.target] = torch.ops.quantized_decomposed.quantize_per_tensor(
-                store[spec.target], scale, zp, qmin, qmax, dtype)
+                store[spec.target], scale, zp, qmin, qmax, dtype
+            )
             readers = [u for u in state.users if u is not copy]
             state.meta["val"] = as_dtype(val, dtype)
             state.meta.pop("tensor_meta", None)

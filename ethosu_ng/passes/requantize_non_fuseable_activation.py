@@ -31,7 +31,12 @@ _ACTIVATIONS = (aten.relu.default, aten.relu_.default, aten.hardtanh.default, at
 
 def _activation_quantize(act: Node):
     users = list(act.users)
-    if len(users) != 1 or users[0].target != Q_PER_TENSOR or len(users[0].args) < 6 or users[0].kwargs:
+    if (
+        len(users) != 1
+        or users[0].target != Q_PER_TENSOR
+        or len(users[0].args) < 6
+        or users[0].kwargs
+    ):
         return None
     q = users[0]
     zp, dtype = q.args[2], q.args[5]
@@ -48,7 +53,11 @@ class RequantizeNonFuseableActivationPass:
             if act.op != "call_function" or act.target not in _ACTIVATIONS:
                 continue
             src = act.args[0]
-            if not isinstance(src, Node) or src.target in (DQ_PER_TENSOR,) or src.op != "call_function":
+            if (
+                not isinstance(src, Node)
+                or src.target in (DQ_PER_TENSOR,)
+                or src.op != "call_function"
+            ):
                 continue
             q = _activation_quantize(act)
             if q is None:

@@ -25,8 +25,13 @@ from .qdq_nodes import DQ_PER_TENSOR, Q_PER_TENSOR, insert_qdq
 
 
 def _u8(node: Node) -> bool:
-    return (node.op == "call_function" and node.target in (Q_PER_TENSOR, DQ_PER_TENSOR)
-            and len(node.args) >= 6 and node.args[5] == torch.uint8 and isinstance(node.args[2], int))
+    return (
+        node.op == "call_function"
+        and node.target in (Q_PER_TENSOR, DQ_PER_TENSOR)
+        and len(node.args) >= 6
+        and node.args[5] == torch.uint8
+        and isinstance(node.args[2], int)
+    )
 
 
 def _signed(node: Node):

@@ -40,8 +40,12 @@ from torch.fx import Node
 aten = torch.ops.aten
 _SLICE, _SELECT = aten.slice.Tensor, aten.select.int
 # Multi-output slicing: (op, position of its dim argument); outputs are read through getitem.
-_MULTI = {aten.unbind.int: 1, aten.split.Tensor: 2, aten.split_with_sizes.default: 2,
-          aten.chunk.default: 2}
+_MULTI = {
+    aten.unbind.int: 1,
+    aten.split.Tensor: 2,
+    aten.split_with_sizes.default: 2,
+    aten.chunk.default: 2,
+}
 
 
 def _arg(node: Node, k: int, name: str, default):
@@ -60,7 +64,7 @@ def _plan(x: Node, dim) -> Optional[Tuple[List[int], int, int, int]]:
     d = dim % r
     if d > r - 3:
         return None
-    m = math.prod(shape[d + 1:r - 1])
+    m = math.prod(shape[d + 1 : r - 1])
     if m == 1:
         return None
     lead = [math.prod(shape[:d])] if d > 0 else []
@@ -105,10 +109,16 @@ class SliceOnMergedAxisPass:
                 return None
             i %= n
             return i, i + 1
-        start, end, step = (_arg(node, 2, "start", None), _arg(node, 3, "end", None),
-                            _arg(node, 4, "step", 1))
-        if not isinstance(step, int) or step < 1 or not all(
-                v is None or isinstance(v, int) for v in (start, end)):
+        start, end, step = (
+            _arg(node, 2, "start", None),
+            _arg(node, 3, "end", None),
+            _arg(node, 4, "step", 1),
+        )
+        if (
+            not isinstance(step, int)
+            or step < 1
+            or not all(v is None or isinstance(v, int) for v in (start, end))
+        ):
             return None
         picked = range(*slice(start, end, step).indices(n))
         if len(picked) == 1:  # one row: the step does not matter
@@ -119,10 +129,17 @@ class SliceOnMergedAxisPass:
         """unbind / split / chunk: each output read through getitem is a run of rows."""
         vals = node.meta.get("val")
         users = list(node.users)
-        if (not isinstance(vals, (list, tuple)) or not users
-                or not all(isinstance(v, torch.Tensor) for v in vals)
-                or not all(u.op == "call_function" and u.target == operator.getitem
-                           and isinstance(u.args[1], int) for u in users)):
+        if (
+            not isinstance(vals, (list, tuple))
+            or not users
+            or not all(isinstance(v, torch.Tensor) for v in vals)
+            or not all(
+                u.op == "call_function"
+                and u.target == operator.getitem
+                and isinstance(u.args[1], int)
+                for u in users
+            )
+        ):
             return False
         d = dim % x.meta["val"].dim()
         sizes = [1] * len(vals) if node.target == aten.unbind.int else [v.shape[d] for v in vals]

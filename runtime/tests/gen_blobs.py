@@ -36,27 +36,42 @@ def good_blobs():
             TensorSpec(torch.int32, (10,), (0,), 0.25, 3, 1, 208),
             TensorSpec(torch.uint16, (1, 2, 3, 2, 2, 2), (5, 3, 1, 0, 2, 4), None, None, 1, 256),
         ],
-        command_stream=b"\xAA" * 17,
+        command_stream=b"\xaa" * 17,
         weights=b"",
         scratch_size=400,
         fast_scratch_size=4096,
     )
-    empty = DelegateBlob(inputs=[], outputs=[], command_stream=b"\x00" * 16, weights=b"\x11", scratch_size=0)
+    empty = DelegateBlob(
+        inputs=[], outputs=[], command_stream=b"\x00" * 16, weights=b"\x11", scratch_size=0
+    )
     return {"conv": conv, "mixed": mixed, "empty": empty}
 
 
 def corrupt(raw: bytes):
     """(name, bytes) pairs, each violating one rule of docs/blob-format.md."""
     hdr = list(HEADER.unpack_from(raw, 0))
-    io_off, n_in, n_out, n_sec, sec_off = hdr[6], hdr[4], hdr[5], hdr[8], hdr[9]
+    io_off, n_in, n_sec, sec_off = hdr[6], hdr[4], hdr[8], hdr[9]
 
     def with_header(**kw):
-        fields = ["magic", "version", "header_size", "total", "n_in", "n_out", "io_off",
-                  "io_entry_size", "n_sec", "sec_off", "scratch", "fast", "flags"]
+        fields = [
+            "magic",
+            "version",
+            "header_size",
+            "total",
+            "n_in",
+            "n_out",
+            "io_off",
+            "io_entry_size",
+            "n_sec",
+            "sec_off",
+            "scratch",
+            "fast",
+            "flags",
+        ]
         h = list(hdr)
         for k, v in kw.items():
             h[fields.index(k)] = v
-        return HEADER.pack(*h) + raw[HEADER.size:]
+        return HEADER.pack(*h) + raw[HEADER.size :]
 
     def patch(off, fmt, *vals):
         b = bytearray(raw)
@@ -107,8 +122,10 @@ def main(out_dir: str) -> None:
         with open(os.path.join(out_dir, f"good_{name}.blob"), "wb") as f:
             f.write(raw)
         tosa = -1 if blob.tosa is None else len(blob.tosa)
-        lines.append(f"blob good_{name}.blob {len(blob.inputs)} {len(blob.outputs)} {blob.scratch_size} "
-                     f"{blob.fast_scratch_size} {tosa} {len(blob.command_stream)} {len(blob.weights)}")
+        lines.append(
+            f"blob good_{name}.blob {len(blob.inputs)} {len(blob.outputs)} {blob.scratch_size} "
+            f"{blob.fast_scratch_size} {tosa} {len(blob.command_stream)} {len(blob.weights)}"
+        )
         for s in blob.inputs + blob.outputs:
             rank = len(s.shape)
             shape = list(s.shape) + [0] * (MAX_RANK - rank)
@@ -116,9 +133,13 @@ def main(out_dir: str) -> None:
             # The scale as the f32 the blob stores, printed exactly.
             scale = struct.unpack("<f", struct.pack("<f", 0.0 if s.scale is None else s.scale))[0]
             lines.append(
-                f"io {DTYPE_CODES[s.dtype]} {rank} {s.elem_size} {s.region} {s.offset} {s.byte_size} "
+                f"io {DTYPE_CODES[s.dtype]} {rank} {s.elem_size} {s.region} {s.offset} "
+                f"{s.byte_size} "
                 f"{0 if s.zero_point is None else s.zero_point} {scale.hex()} "
-                + " ".join(map(str, shape)) + " " + " ".join(map(str, order)))
+                + " ".join(map(str, shape))
+                + " "
+                + " ".join(map(str, order))
+            )
     for base in ("conv", "mixed"):
         for name, raw in corrupt(goods[base].to_bytes()).items():
             fname = f"bad_{base}_{name}.blob"

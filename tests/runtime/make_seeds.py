@@ -50,8 +50,11 @@ def delegate_blobs(model, example, target, embed_tosa=False, cpu_ops=(), **qkw):
     q = quantize(model.eval(), example, spec, calibration=_calib(example), **qkw)
     edge, _ = lower(q, example, spec, cpu_ops=list(cpu_ops))
     gm = edge.exported_program().graph_module
-    return [getattr(gm, n.args[0].target).processed_bytes
-            for n in gm.graph.nodes if n.op == "call_function" and n.target is CALL_DELEGATE]
+    return [
+        getattr(gm, n.args[0].target).processed_bytes
+        for n in gm.graph.nodes
+        if n.op == "call_function" and n.target is CALL_DELEGATE
+    ]
 
 
 def real_blobs():
@@ -63,11 +66,20 @@ def real_blobs():
     (b,) = delegate_blobs(Tiny(), (torch.randn(1, 3, 16, 16),), "ethos-u55-128")
     out["tiny_u55"] = b
     x = (torch.randn(1, 3, 6, 10).to(memory_format=torch.channels_last),)
-    (b,) = delegate_blobs(SmallConv(), x, "ethos-u55-128", embed_tosa=True,
-                          input_dtype=torch.uint8, output_dtype=torch.int8)
+    (b,) = delegate_blobs(
+        SmallConv(),
+        x,
+        "ethos-u55-128",
+        embed_tosa=True,
+        input_dtype=torch.uint8,
+        output_dtype=torch.int8,
+    )
     out["smallconv_u8_cl_tosa_u55"] = b
-    for k, b in enumerate(delegate_blobs(ConvSplitBmm(), ConvSplitBmm.example(), "ethos-u65-256",
-                                         cpu_ops=["aten.bmm.default"])):
+    for k, b in enumerate(
+        delegate_blobs(
+            ConvSplitBmm(), ConvSplitBmm.example(), "ethos-u65-256", cpu_ops=["aten.bmm.default"]
+        )
+    ):
         out[f"conv_split_bmm_u65_{k}"] = b
     return out
 
@@ -100,11 +112,25 @@ def main(out_dir):
         f.write(cl + trailer([[0, 0, 0, 0, 16, 0, 0b101], [0, 0, 0, 0, 16, 1, 0b11]], runs=1))
     mixed = blobs["synthetic_mixed"]
     with open(os.path.join(out_dir, "mixed_permuted_dynamic.bin"), "wb") as f:
-        f.write(mixed + trailer([[0, 0, 0, 0, 5, 0, 1], [0, 0, 0, 0, 1, 0, 0], [0] * 7,
-                                 [0, 0, 0, 0, 0, 2, 0], [0, 0, 0, 0, 77, 1, 6]]))
+        f.write(
+            mixed
+            + trailer(
+                [
+                    [0, 0, 0, 0, 5, 0, 1],
+                    [0, 0, 0, 0, 1, 0, 0],
+                    [0] * 7,
+                    [0, 0, 0, 0, 0, 2, 0],
+                    [0, 0, 0, 0, 77, 1, 6],
+                ]
+            )
+        )
     for name in sorted(os.listdir(out_dir)):
         print(f"{os.path.getsize(os.path.join(out_dir, name)):7d}  {name}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "tests", "runtime", "corpus", "seeds"))
+    main(
+        sys.argv[1]
+        if len(sys.argv) > 1
+        else os.path.join(REPO, "tests", "runtime", "corpus", "seeds")
+    )

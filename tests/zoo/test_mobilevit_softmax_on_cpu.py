@@ -24,8 +24,13 @@ from ethosu_ng.tosa_reference import check_delegates
 
 timm = pytest.importorskip("timm")
 
-SOFTMAX_OPS = ["aten.exp.default", "aten.amax.default", "aten.sum.dim_IntList",
-               "aten.reciprocal.default", "aten._softmax.default"]
+SOFTMAX_OPS = [
+    "aten.exp.default",
+    "aten.amax.default",
+    "aten.sum.dim_IntList",
+    "aten.reciprocal.default",
+    "aten._softmax.default",
+]
 
 
 @pytest.mark.slow
@@ -61,6 +66,9 @@ def test_mobilevit_s_split_at_every_softmax():
     lowering = check_ops(edge, x)
     assert len(lowering) == len(results)
     worst = {r.name: r.lowering_worst for r in lowering}
-    print("TOSA vs float64 evaluation of the quantized graph, worst per delegate:", max(worst.values()))
+    print(
+        "TOSA vs float64 evaluation of the quantized graph, worst per delegate:",
+        max(worst.values()),
+    )
     assert all(v <= 1 for v in worst.values()), {k: v for k, v in worst.items() if v > 1}
     edge.to_executorch()

@@ -37,8 +37,10 @@ def _one_partition(target: str, name: str = "swin_tiny_patch4_window7_224", size
     spec = EthosUNGCompileSpec(target, embed_tosa=True)
     q = quantize(model, x, spec, calibration=[x, (torch.randn(1, 3, size, size),)])
     edge, part = lower(q, x, spec)
-    print(f"{name} {target} lowered in {time.time() - t0:.0f} s: "
-          f"{len(part.report.partitions)} partitions")
+    print(
+        f"{name} {target} lowered in {time.time() - t0:.0f} s: "
+        f"{len(part.report.partitions)} partitions"
+    )
     compute_on_cpu = {n: t for n, t in part.report.cpu_targets.items() if "quantize" not in t}
     assert len(part.report.partitions) == 1, compute_on_cpu
     assert compute_on_cpu == {}

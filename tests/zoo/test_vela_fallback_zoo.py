@@ -15,7 +15,8 @@ import time
 import pytest
 import torch
 
-from ethosu_ng import EthosUNGCompileSpec, partitioner as partitioner_module
+from ethosu_ng import EthosUNGCompileSpec
+from ethosu_ng import partitioner as partitioner_module
 from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower, quantize
 from ethosu_ng.op_numerics import check_ops
@@ -28,8 +29,15 @@ timm = pytest.importorskip("timm")
 @pytest.mark.parametrize("name,size", [("mobilevit_s", 256), ("swin_tiny_patch4_window7_224", 224)])
 def test_real_vela_crash_falls_back_to_cpu(monkeypatch, name, size):
     monkeypatch.setattr(TargetLimits, "why_not", lambda self, node: None)
-    monkeypatch.setattr(partitioner_module, "PRE_PARTITION_PASSES", tuple(
-        p for p in partitioner_module.PRE_PARTITION_PASSES if p.__name__ != "SliceOnMergedAxisPass"))
+    monkeypatch.setattr(
+        partitioner_module,
+        "PRE_PARTITION_PASSES",
+        tuple(
+            p
+            for p in partitioner_module.PRE_PARTITION_PASSES
+            if p.__name__ != "SliceOnMergedAxisPass"
+        ),
+    )
     torch.manual_seed(0)
     model = timm.create_model(name, pretrained=False).eval()
     x = (torch.randn(1, 3, size, size),)
@@ -41,8 +49,10 @@ def test_real_vela_crash_falls_back_to_cpu(monkeypatch, name, size):
     lowering_s = time.time() - t0
     report = part.report
     moved = {n: report.cpu_targets[n] for n in report.compiler_fallback}
-    print(f"\n{name}: lowered in {lowering_s:.0f} s, {len(report.partitions)} partitions, "
-          f"{report.fallback_compiles} candidate compiles; moved to CPU because Vela failed: {moved}")
+    print(
+        f"\n{name}: lowered in {lowering_s:.0f} s, {len(report.partitions)} partitions, "
+        f"{report.fallback_compiles} candidate compiles; moved to CPU because Vela failed: {moved}"
+    )
     print("Vela said:", next(iter(report.compiler_fallback.values())))
     assert moved
     assert all("Vela crashed" in why for why in report.compiler_fallback.values())

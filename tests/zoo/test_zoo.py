@@ -9,7 +9,8 @@ import pytest
 
 pytest.importorskip("timm")
 _spec = importlib.util.spec_from_file_location(
-    "zoo_table", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "zoo_table.py"))
+    "zoo_table", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "zoo_table.py")
+)
 zoo_table = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(zoo_table)
 
