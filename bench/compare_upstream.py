@@ -45,16 +45,16 @@ def load(spec: str):
         cls = {"attention_bmm": models.AttentionBlock, "conv_split_bmm": models.ConvSplitBmm}[name]
         torch.manual_seed(0)
         return cls().eval(), cls.example(), SCENARIO_CPU_OPS[name]
-    from ethosu_ng.model_source import load_model
+    from ethosu_ng.tools.model_source import load_model
 
     m = load_model(spec)
     return m.model, m.example_inputs, []
 
 
 def measure(edge, t_lower, vela_summaries):
-    from ethosu_ng.boundary import float_boundary_tensors
-    from ethosu_ng.op_names import op_name
-    from ethosu_ng.report import is_compute
+    from ethosu_ng.ops import op_name
+    from ethosu_ng.partitioning.boundary import float_boundary_tensors
+    from ethosu_ng.tools.report import is_compute
 
     program = edge.exported_program()
     gm = program.graph_module
@@ -92,7 +92,7 @@ def _cpu_s() -> float:
     """CPU seconds of this process, its finished children and our Vela zygotes with their children
     (our Vela runs in child processes, upstream's in process): a lowering-cost figure that a busy
     machine distorts less than wall time."""
-    from ethosu_ng import vela_process
+    from ethosu_ng.vela import process as vela_process
 
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system + vela_process.cpu_seconds()
@@ -104,8 +104,8 @@ def lower_upstream(q, x, target, force_cpu):
     from torch.fx.passes.operator_support import OperatorSupportBase
 
     from ethosu_ng import EthosUNGCompileSpec
-    from ethosu_ng.op_names import op_name
-    from ethosu_ng.vela_compiler import compile_tosa
+    from ethosu_ng.ops import op_name
+    from ethosu_ng.vela.compiler import compile_tosa
 
     class ForceCpu(OperatorSupportBase):
         def is_node_supported(self, submodules, node):

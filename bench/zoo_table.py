@@ -36,11 +36,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def compile_one(model_spec: str, target: str) -> dict:
     import torch
 
-    from ethosu_ng import EthosUNGCompileSpec, report
-    from ethosu_ng.boundary import float_boundary_tensors
+    from ethosu_ng import EthosUNGCompileSpec
     from ethosu_ng.export import lower, quantize
-    from ethosu_ng.model_source import load_model
-    from ethosu_ng.tosa_reference import check_delegates
+    from ethosu_ng.numerics.tosa_reference import check_delegates
+    from ethosu_ng.partitioning.boundary import float_boundary_tensors
+    from ethosu_ng.tools import report
+    from ethosu_ng.tools.model_source import load_model
 
     t0 = time.time()
     m = load_model(model_spec)
@@ -57,11 +58,12 @@ def compile_one(model_spec: str, target: str) -> dict:
     exact = sum(r.worst <= 1 for r in numerics)
     pte = edge.to_executorch().buffer
     # Firmware size: the TOSA sections are only embedded for the host numerics check.
-    from ethosu_ng import DelegateBlob, upstream
+    from ethosu_ng import DelegateBlob
+    from ethosu_ng.adapters import exir
 
     tosa_bytes = sum(
         len(DelegateBlob.from_bytes(d).tosa or b"")
-        for b, d in upstream.pte_delegate_payloads(pte)
+        for b, d in exir.pte_delegate_payloads(pte)
         if b == "EthosUNGBackend"
     )
     t = rep["totals"]
@@ -144,8 +146,8 @@ def markdown(rows) -> str:
         "float32; float32 rounds a few values that lie within ~1e-5 LSB of a .5 boundary the wrong "
         "way and deep partitions amplify that (deit_tiny: <= 1 LSB per block when split per "
         "block on U55, 16 LSB over 12 blocks in one partition). Against the same quantized graph "
-        "evaluated in float64 (`ethosu_ng.op_numerics.check_ops`) the TOSA graphs are within 1 LSB "
-        "(mobilevit_s: 0 LSB on 60 of 61 delegates; tests/zoo/).",
+        "evaluated in float64 (`ethosu_ng.numerics.op_numerics.check_ops`) the TOSA graphs are "
+        "within 1 LSB (mobilevit_s: 0 LSB on 60 of 61 delegates; tests/zoo/).",
         "",
         "mobilevit_s and swin_tiny for ethos-u55-128 were re-measured in session 3, after "
         "`passes/slice_on_merged_axis.py`: one partition, no CPU compute (upstream's Vela "

@@ -15,9 +15,14 @@ from executorch.exir.backend.backend_details import BackendDetails, PreprocessRe
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torch.export import ExportedProgram
 
-from .compile_spec import EthosUNGCompileSpec
-from .partition_compiler import COMPILED, CompiledPartition, compile_partitions, partition_name
-from .partition_program import fingerprint
+from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.compiler.pipeline import (
+    COMPILED,
+    CompiledPartition,
+    compile_partitions,
+    partition_name,
+)
+from ethosu_ng.partitioning.partition_program import fingerprint
 
 logger = logging.getLogger(__name__)
 

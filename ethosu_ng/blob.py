@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from .tensor_spec import CODE_DTYPES, DTYPE_CODES, MAX_RANK, TensorSpec, element_size
+from ethosu_ng.tensor_spec import CODE_DTYPES, DTYPE_CODES, MAX_RANK, TensorSpec, element_size
 
 MAGIC = b"EUNG"
 VERSION = 1

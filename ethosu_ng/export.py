@@ -8,9 +8,9 @@ import torch
 from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from .compile_spec import EthosUNGCompileSpec
-from .partitioner import EthosUNGPartitioner
-from .quantizer import EthosUNGQuantizer
+from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.partitioner import EthosUNGPartitioner
+from ethosu_ng.quantizer import EthosUNGQuantizer
 
 
 def quantize(

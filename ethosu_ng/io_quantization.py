@@ -10,10 +10,9 @@ from typing import List, Optional, Tuple
 import torch
 from torch.fx import Node
 
-from .blob import DelegateBlob
-from .delegate_io import integer_tensor_qparams
-
-CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
+from ethosu_ng.blob import DelegateBlob
+from ethosu_ng.ops import CALL_DELEGATE, is_per_tensor_dequantize
+from ethosu_ng.partitioning.delegate_io import integer_tensor_qparams
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,7 @@ def io_quantization(program) -> IOQuantization:
         v = y.meta["val"]
         scale, zp = (None, None) if v.dtype.is_floating_point else _output_qparams(gm, y)
         grid = scale
-        if scale is None and y.op == "call_function" and "dequantize_per_tensor" in str(y.target):
+        if scale is None and is_per_tensor_dequantize(y):
             grid = float(y.args[1])
         outs.append(ProgramIO(name, v.dtype, tuple(v.shape), scale, zp, grid))
     return IOQuantization(ins, outs)

@@ -25,19 +25,19 @@ from torch.fx import Node
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase, chain
 
-from . import upstream
-from .boundary import BoundaryContract, PartitionIO, node_order, partition_io
-from .compile_spec import EthosUNGCompileSpec
-from .culprit_search import CulpritSearch
-from .delegate_io import QPARAMS_META, integer_tensor_qparams
-from .op_names import op_name, resolve_op_names
-from .partition_compiler import COMPILED, compile_partitions
-from .partition_program import RealTensors, carve, fingerprint
-from .passes import PRE_PARTITION_PASSES
-from .passes.qdq_nodes import rename_outputs
-from .report import is_compute
-from .target_limits import TargetLimits
-from .vela_compiler import VelaError
+from ethosu_ng.adapters import arm as upstream
+from ethosu_ng.adapters import exir
+from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.compiler.pipeline import COMPILED, compile_partitions
+from ethosu_ng.ops import NO_COMPUTE_OPS, is_compute, op_name, resolve_op_names
+from ethosu_ng.partitioning.boundary import BoundaryContract, PartitionIO, node_order, partition_io
+from ethosu_ng.partitioning.culprit_search import CulpritSearch
+from ethosu_ng.partitioning.delegate_io import QPARAMS_META, integer_tensor_qparams
+from ethosu_ng.partitioning.partition_program import RealTensors, carve, fingerprint
+from ethosu_ng.partitioning.target_limits import TargetLimits
+from ethosu_ng.passes import PRE_PARTITION_PASSES
+from ethosu_ng.passes.qdq_nodes import rename_outputs
+from ethosu_ng.vela.compiler import VelaError
 
 logger = logging.getLogger(__name__)
 
@@ -45,27 +45,6 @@ BACKEND_ID = "EthosUNGBackend"
 # Each round moves at least one op per failing partition to the CPU; a model needing more rounds
 # than this is failing for a reason bisection will not fix.
 _MAX_FALLBACK_ROUNDS = 16
-
-# Partitions made only of these lower to an empty (or trivial) NPU program: not worth a delegate.
-_NO_COMPUTE = frozenset(
-    {
-        "aten.view_copy.default",
-        "aten.clone.default",
-        "dim_order_ops._clone_dim_order.default",
-        "aten.alias_copy.default",
-        "aten.detach_copy.default",
-        "aten.squeeze_copy.dims",
-        "aten.squeeze_copy.dim",
-        "aten.squeeze_copy.default",
-        "aten.unsqueeze_copy.default",
-        "dim_order_ops._to_dim_order_copy.default",
-        "aten.expand_copy.default",
-        "quantized_decomposed.quantize_per_tensor.default",
-        "quantized_decomposed.dequantize_per_tensor.default",
-        "quantized_decomposed.dequantize_per_channel.default",
-        "getitem",
-    }
-)
 
 
 @dataclass
@@ -180,7 +159,7 @@ class EthosUNGPartitioner(Partitioner):
             present = {n.target for n in nodes if n.target in kept}
             if all(filter_fn(n) for n in nodes if n.target in present):
                 # As executorch would on its filter path: drop ops it cannot keep (aliasing ...).
-                return upstream.keepable_ops([op for op in ops if op in present]), None
+                return exir.keepable_ops([op for op in ops if op in present]), None
         return ops, filter_fn
 
     # -- stages 2-6 ---------------------------------------------------------------------------
@@ -208,7 +187,7 @@ class EthosUNGPartitioner(Partitioner):
             newly = {}
             for part in parts:
                 newly.update(contract.shrink(part))
-                if part and all(op_name(n.target) in _NO_COMPUTE for n in part):
+                if part and all(op_name(n.target) in NO_COMPUTE_OPS for n in part):
                     newly.update({n: "partition would hold no NPU compute" for n in part})
                     part.clear()
             if not newly:
@@ -221,7 +200,7 @@ class EthosUNGPartitioner(Partitioner):
         graph = program.graph_module.graph
         contract = BoundaryContract(program)
         excluded: Dict[Node, str] = {}
-        reporter = upstream.WhyNoPartitionReporter()
+        reporter = exir.WhyNoPartitionReporter()
         trial = _TrialCompiler(self, program, contract)
         with upstream.lowering_context(self.compile_spec, program):
             support = chain(
@@ -271,7 +250,7 @@ class EthosUNGPartitioner(Partitioner):
             for n, qp in _boundary_qparams(io):
                 n.meta[QPARAMS_META] = qp
 
-        upstream_reasons = getattr(reporter, "_rejected_nodes", {})
+        upstream_reasons = exir.rejected_reasons(reporter)
         for n in graph.nodes:
             if n.op != "call_function" or n.meta.get("delegation_tag"):
                 continue
@@ -326,7 +305,7 @@ def _is_compute(node: Node) -> bool:
     return (
         node.op == "call_function"
         and is_compute(op_name(node.target))
-        and op_name(node.target) not in _NO_COMPUTE
+        and op_name(node.target) not in NO_COMPUTE_OPS
     )
 
 

@@ -11,9 +11,9 @@ from typing import Optional
 
 import torch
 
-from . import upstream
-from .compile_spec import EthosUNGCompileSpec
-from .passes.integer_program_io import IO_META_KEY
+from ethosu_ng.adapters import arm as upstream
+from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.passes.integer_program_io import IO_META_KEY
 
 _INPUT_DTYPES = (None, torch.int8, torch.uint8)
 _OUTPUT_DTYPES = (None, torch.int8, torch.uint8)

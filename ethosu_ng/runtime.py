@@ -40,6 +40,8 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
+from ethosu_ng.adapters import exir
+
 logger = logging.getLogger(__name__)
 
 HOST_ABI_VERSION = 1  # runtime/ethosu_ng/host_api.h ETHOSU_NG_HOST_ABI_VERSION
@@ -347,29 +349,6 @@ def delegate_invocations() -> int:
     return int(load_host_runtime().ethosu_ng_host_invoke_count())
 
 
-def program_input_dim_orders(
-    pte: bytes, method: str = "forward"
-) -> Optional[List[Optional[tuple]]]:
-    """Dim order of each tensor input of ``method`` as planned in the .pte (None: not a tensor).
-
-    ``None`` if the program cannot be read (the reader is executorch's private serializer).
-    """
-    try:
-        from executorch.exir._serialize._program import deserialize_pte_binary
-
-        parsed = deserialize_pte_binary(bytes(pte))
-        prog = getattr(parsed, "program", parsed)
-        plan = next(p for p in prog.execution_plan if p.name == method)
-        orders = []
-        for idx in plan.inputs:
-            val = plan.values[idx].val
-            orders.append(tuple(val.dim_order) if hasattr(val, "dim_order") else None)
-        return orders
-    except Exception as e:  # noqa: BLE001 - best effort, see run_pte
-        logger.debug("cannot read input dim orders from the program: %s", e)
-        return None
-
-
 def to_dim_order(t, order: Sequence[int]):
     """The same logical tensor stored densely in ``order`` (``(0, 2, 3, 1)`` = channels-last)."""
     order = tuple(order)
@@ -407,8 +386,8 @@ def run_pte(pte, inputs: Sequence, method: str = "forward") -> list:
         pte = Path(pte).read_bytes()
     data = bytes(pte)
     inputs = list(inputs)
-    orders = program_input_dim_orders(data, method)
-    if orders is not None and len(orders) == len(inputs):
+    orders = exir.pte_input_dim_orders(data, method)
+    if len(orders) == len(inputs):
         inputs = [
             to_dim_order(t, o)
             if o is not None and hasattr(t, "stride") and t.dim() == len(o)

@@ -10,8 +10,8 @@ import torch
 import torchvision
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
-from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower, quantize
+from ethosu_ng.partitioning.boundary import float_boundary_tensors
 
 
 def main() -> None:

@@ -8,10 +8,10 @@ from models import SmallCNN
 from tosa.DType import DType
 
 from ethosu_ng import BoundaryContractError, EthosUNGCompileSpec, EthosUNGPartitioner, TensorSpec
-from ethosu_ng.delegate_io import DelegateIOSpec
-from ethosu_ng.partition_compiler import check_io
-from ethosu_ng.tosa_graph import TosaTensorInfo
-from ethosu_ng.vela_compiler import VelaResult, VelaTensor
+from ethosu_ng.compiler.pipeline import check_io
+from ethosu_ng.compiler.tosa_graph import TosaTensorInfo
+from ethosu_ng.partitioning.delegate_io import DelegateIOSpec
+from ethosu_ng.vela.compiler import VelaResult, VelaTensor
 
 
 def test_unknown_target():

@@ -12,9 +12,9 @@ from conftest import calibration_batches
 from models import AttentionBlock, ConvSplitBmm
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, io_quantization
-from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower, quantize
-from ethosu_ng.tosa_reference import check_delegates, run_program_on_tosa
+from ethosu_ng.numerics.tosa_reference import check_delegates, run_program_on_tosa
+from ethosu_ng.partitioning.boundary import float_boundary_tensors
 
 CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
 

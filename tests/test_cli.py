@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ethosu_ng.cli import main
+from ethosu_ng.tools.cli import main
 
 HERE = os.path.dirname(__file__)
 FACTORY = os.path.join(HERE, "data", "tiny_factory.py")

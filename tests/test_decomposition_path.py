@@ -9,7 +9,8 @@ from conftest import calibration_batches
 from executorch.exir import to_edge_transform_and_lower
 from torch.export import ExportedProgram
 
-from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner, upstream
+from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner
+from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.export import quantize
 
 LINEAR = torch.ops.aten.linear.default

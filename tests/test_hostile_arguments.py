@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ethosu_ng import TARGETS, EthosUNGCompileSpec
-from ethosu_ng.cli import main
+from ethosu_ng.tools.cli import main
 
 junk = st.one_of(
     st.none(),

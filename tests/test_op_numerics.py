@@ -7,7 +7,7 @@ from conftest import calibration_batches
 
 from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng.export import lower, quantize
-from ethosu_ng.op_numerics import check_ops, exact_outputs
+from ethosu_ng.numerics.op_numerics import check_ops, exact_outputs
 
 qd = torch.ops.quantized_decomposed
 aten = torch.ops.aten

@@ -6,10 +6,10 @@ import torch
 import torch.nn as nn
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, EthosUNGQuantizer, io_quantization
-from ethosu_ng.boundary import float_boundary_tensors
+from ethosu_ng.compiler.tosa_graph import tosa_io, tosa_ops
 from ethosu_ng.export import lower, quantize
-from ethosu_ng.tosa_graph import tosa_io, tosa_ops
-from ethosu_ng.tosa_reference import check_delegates, run_program_on_tosa
+from ethosu_ng.numerics.tosa_reference import check_delegates, run_program_on_tosa
+from ethosu_ng.partitioning.boundary import float_boundary_tensors
 
 
 class TinyClassifier(nn.Module):

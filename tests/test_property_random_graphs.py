@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
-from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower, quantize
-from ethosu_ng.tosa_reference import check_delegates
+from ethosu_ng.numerics.tosa_reference import check_delegates
+from ethosu_ng.partitioning.boundary import float_boundary_tensors
 
 C, H, W = 8, 6, 6
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
-from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower, quantize
+from ethosu_ng.partitioning.boundary import float_boundary_tensors
 
 torchvision = pytest.importorskip("torchvision")
 

@@ -5,10 +5,10 @@ import torch
 import torch.nn as nn
 
 from ethosu_ng import EthosUNGCompileSpec
-from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower, quantize
-from ethosu_ng.tosa_reference import check_delegates
-from ethosu_ng.vela_compiler import VelaError
+from ethosu_ng.numerics.tosa_reference import check_delegates
+from ethosu_ng.partitioning.boundary import float_boundary_tensors
+from ethosu_ng.vela.compiler import VelaError
 
 
 class RollOnly(nn.Module):
@@ -76,8 +76,8 @@ def test_vela_crash_is_a_clean_error_naming_partition_and_target(monkeypatch):
     """Without SliceOnMergedAxisPass and the U55 limit, Vela 5.1.0 segfaults on this block
     (rank-5 SLICE -> RESHAPE -> MUL); the export survives it (with CPU fallback off; with it on,
     tests/test_vela_fallback.py moves the culprit to the CPU)."""
+    from ethosu_ng.partitioning.target_limits import TargetLimits
     from ethosu_ng.passes import SliceOnMergedAxisPass
-    from ethosu_ng.target_limits import TargetLimits
 
     monkeypatch.setattr(SliceOnMergedAxisPass, "__call__", lambda self, program: program)
     monkeypatch.setattr(TargetLimits, "why_not", lambda self, node: None)

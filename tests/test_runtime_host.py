@@ -20,8 +20,9 @@ from models import AttentionBlock, ConvSplitBmm
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
 from ethosu_ng import runtime as ngrt
+from ethosu_ng.adapters import exir
 from ethosu_ng.export import lower, quantize
-from ethosu_ng.tosa_reference import run_program_on_tosa
+from ethosu_ng.numerics.tosa_reference import run_program_on_tosa
 
 CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
 U55 = "ethos-u55-128"
@@ -141,7 +142,7 @@ def test_conv_channels_last_delegate(conv_cl):
     # The premise: the NPU reads and writes NHWC, so the C++ layout copies do real work.
     assert blob.inputs[0].dim_order == (0, 2, 3, 1)
     assert blob.outputs[0].dim_order == (0, 2, 3, 1)
-    in_orders = ngrt.program_input_dim_orders(conv_cl.pte)
+    in_orders = exir.pte_input_dim_orders(conv_cl.pte)
     assert in_orders == [(0, 2, 3, 1)]
     for feed, tosa_ref in zip(conv_cl.feeds, conv_cl.tosa_refs):
         got = ngrt.run_pte(conv_cl.pte, list(feed))

@@ -7,10 +7,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from ethosu_ng import EthosUNGCompileSpec, EthosUNGQuantizer, io_quantization, upstream
-from ethosu_ng.boundary import float_boundary_tensors
+from ethosu_ng import EthosUNGCompileSpec, EthosUNGQuantizer, io_quantization
+from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.export import lower
-from ethosu_ng.tosa_reference import check_delegates, run_program_on_tosa
+from ethosu_ng.numerics.tosa_reference import check_delegates, run_program_on_tosa
+from ethosu_ng.partitioning.boundary import float_boundary_tensors
 
 
 class TinyConvReluCat(nn.Module):

@@ -8,9 +8,9 @@ import torch
 import torch.nn as nn
 
 from ethosu_ng import EthosUNGCompileSpec, io_quantization
-from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower, quantize
-from ethosu_ng.tosa_reference import check_delegates, run_program_on_tosa
+from ethosu_ng.numerics.tosa_reference import check_delegates, run_program_on_tosa
+from ethosu_ng.partitioning.boundary import float_boundary_tensors
 
 
 class ViewAtInput(nn.Module):

@@ -13,9 +13,10 @@ import torch.nn as nn
 from executorch.exir import to_edge_transform_and_lower
 from tosa.TosaGraph import TosaGraph
 
-from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, EthosUNGPartitioner, upstream
+from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, EthosUNGPartitioner
+from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.export import lower, quantize
-from ethosu_ng.tosa_reference import check_delegates
+from ethosu_ng.numerics.tosa_reference import check_delegates
 
 qd = torch.ops.quantized_decomposed
 I8 = (-128, 127, torch.int8)

@@ -8,10 +8,10 @@ import torch
 import torch.nn as nn
 
 from ethosu_ng import EthosUNGCompileSpec
-from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower, quantize
+from ethosu_ng.numerics.tosa_reference import check_delegates
+from ethosu_ng.partitioning.boundary import float_boundary_tensors
 from ethosu_ng.passes import SliceOnMergedAxisPass
-from ethosu_ng.tosa_reference import check_delegates
 
 aten = torch.ops.aten
 

@@ -14,9 +14,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "data"))
 from tiny_factory import make  # noqa: E402
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec  # noqa: E402
-from ethosu_ng.boundary import float_boundary_tensors  # noqa: E402
 from ethosu_ng.export import lower, quantize  # noqa: E402
-from ethosu_ng.tosa_reference import check_delegates  # noqa: E402
+from ethosu_ng.numerics.tosa_reference import check_delegates  # noqa: E402
+from ethosu_ng.partitioning.boundary import float_boundary_tensors  # noqa: E402
 
 
 @pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])

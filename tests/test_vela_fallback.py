@@ -14,11 +14,12 @@ import torch
 from conftest import calibration_batches
 from torch import nn
 
-from ethosu_ng import EthosUNGCompileSpec, vela_compiler
-from ethosu_ng.boundary import float_boundary_tensors
+from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng.export import lower, quantize
-from ethosu_ng.tosa_reference import check_delegates
-from ethosu_ng.vela_compiler import VelaError
+from ethosu_ng.numerics.tosa_reference import check_delegates
+from ethosu_ng.partitioning.boundary import float_boundary_tensors
+from ethosu_ng.vela import compiler as vela_compiler
+from ethosu_ng.vela.compiler import VelaError
 
 FAKE_VELA = r"""
 import os, signal, sys, time
@@ -148,7 +149,7 @@ def test_without_fallback_the_error_names_partition_target_and_last_words(fake_v
 
 def test_compiled_once_preprocess_reuses_the_partitioner_compile(monkeypatch):
     from ethosu_ng import backend, partitioner
-    from ethosu_ng.partition_compiler import compile_partitions
+    from ethosu_ng.compiler.pipeline import compile_partitions
 
     compiled = []
 
@@ -171,8 +172,8 @@ def test_real_vela_segfault_falls_back(monkeypatch):
     the op."""
     from test_roll import ShiftedWindowAttention
 
+    from ethosu_ng.partitioning.target_limits import TargetLimits
     from ethosu_ng.passes import SliceOnMergedAxisPass
-    from ethosu_ng.target_limits import TargetLimits
 
     monkeypatch.setattr(SliceOnMergedAxisPass, "__call__", lambda self, program: program)
     monkeypatch.setattr(TargetLimits, "why_not", lambda self, node: None)

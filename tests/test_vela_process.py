@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ethosu_ng import vela_process
+from ethosu_ng.vela import process as vela_process
 
 
 @pytest.fixture

@@ -25,56 +25,19 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 # qparams() accepts int8/int16 only: uint8 may exist only at the program's IO, never inside.
-from .qdq_nodes import (
-    DQ_PER_TENSOR,
-    Q_PER_TENSOR,
-    QParams,
-    as_dtype,
-    qparams,
-    rename_outputs,
-    retype,
+from ethosu_ng.ops import (
+    ATEN_DATA_MOVEMENT_LIST_INPUT,
+    ATEN_DATA_MOVEMENT_MULTI_OUTPUT,
+    ATEN_DATA_MOVEMENT_OPS,
+    ATEN_DATA_MOVEMENT_SINGLE_OUTPUT,
+    DEQUANTIZE_PER_TENSOR,
+    QUANTIZE_PER_TENSOR,
 )
-
-aten = torch.ops.aten
-
-SINGLE_OUTPUT_PASS_THROUGH = frozenset(
-    {
-        aten.view.default,
-        aten.reshape.default,
-        aten._unsafe_view.default,
-        aten.permute.default,
-        aten.transpose.int,
-        aten.t.default,
-        aten.squeeze.default,
-        aten.squeeze.dim,
-        aten.squeeze.dims,
-        aten.unsqueeze.default,
-        aten.flatten.using_ints,
-        aten.unflatten.int,
-        aten.slice.Tensor,
-        aten.select.int,
-        aten.narrow.default,
-        aten.clone.default,
-        aten.alias.default,
-        aten.detach.default,
-        aten.expand.default,
-        aten.repeat.default,
-    }
-)
-MULTI_OUTPUT_PASS_THROUGH = frozenset(
-    {
-        aten.split.Tensor,
-        aten.split_with_sizes.default,
-        aten.unbind.int,
-        aten.chunk.default,
-    }
-)
-LIST_INPUT_PASS_THROUGH = frozenset({aten.cat.default, aten.concat.default})
-PASS_THROUGH_OPS = SINGLE_OUTPUT_PASS_THROUGH | MULTI_OUTPUT_PASS_THROUGH | LIST_INPUT_PASS_THROUGH
+from ethosu_ng.passes.qdq_nodes import QParams, as_dtype, qparams, rename_outputs, retype
 
 
 def _tensor_inputs(node: Node) -> Optional[List[Node]]:
-    if node.target in LIST_INPUT_PASS_THROUGH:
+    if node.target in ATEN_DATA_MOVEMENT_LIST_INPUT:
         items = node.args[0]
         if not isinstance(items, (list, tuple)) or not all(isinstance(i, Node) for i in items):
             return None
@@ -84,7 +47,7 @@ def _tensor_inputs(node: Node) -> Optional[List[Node]]:
 
 def _outputs(node: Node) -> Optional[List[Node]]:
     """The value-carrying nodes of a pass-through: itself, or its getitems for split-like ops."""
-    if node.target not in MULTI_OUTPUT_PASS_THROUGH:
+    if node.target not in ATEN_DATA_MOVEMENT_MULTI_OUTPUT:
         return [node]
     users = list(node.users)
     if not all(u.op == "call_function" and u.target == operator.getitem for u in users):
@@ -105,7 +68,7 @@ class CommuteQDQThroughPassThroughPass:
         while changed:
             changed = False
             for node in list(graph.nodes):
-                if node.op != "call_function" or node.target not in PASS_THROUGH_OPS:
+                if node.op != "call_function" or node.target not in ATEN_DATA_MOVEMENT_OPS:
                     continue
                 if self._commute_dequantize(graph, node) or self._commute_quantize(graph, node):
                     changed = True
@@ -121,14 +84,14 @@ class CommuteQDQThroughPassThroughPass:
         inputs = _tensor_inputs(node)
         if not inputs:
             return False
-        qps = {qparams(i) if i.target == DQ_PER_TENSOR else None for i in inputs}
+        qps = {qparams(i) if i.target == DEQUANTIZE_PER_TENSOR else None for i in inputs}
         if len(qps) != 1 or None in qps:
             return False
         qp = qps.pop()
         outputs = _outputs(node)
         if outputs is None:
             return False
-        if node.target in LIST_INPUT_PASS_THROUGH:
+        if node.target in ATEN_DATA_MOVEMENT_LIST_INPUT:
             node.update_arg(0, [i.args[0] for i in inputs])
         else:
             node.update_arg(0, inputs[0].args[0])
@@ -147,23 +110,27 @@ class CommuteQDQThroughPassThroughPass:
     def _requantize_users(graph, out: Node, qp: QParams) -> None:
         """Users of an int8 pass-through output: matching Q disappears, others get their own DQ."""
         for user in list(out.users):
-            if user.op == "call_function" and user.target == Q_PER_TENSOR and qparams(user) == qp:
+            if (
+                user.op == "call_function"
+                and user.target == QUANTIZE_PER_TENSOR
+                and qparams(user) == qp
+            ):
                 user.replace_all_uses_with(out)
                 graph.erase_node(user)
                 continue
             # One DQ per consumer so a partition edge never needs a DQ shared across it.
             with graph.inserting_after(out):
-                dq = graph.call_function(DQ_PER_TENSOR, (out, *qp))
+                dq = graph.call_function(DEQUANTIZE_PER_TENSOR, (out, *qp))
             dq.meta = {k: v for k, v in out.meta.items() if k not in ("val", "tensor_meta")}
             dq.meta["val"] = as_dtype(out.meta["val"], torch.float32)
             user.replace_input_with(out, dq)
 
     # x[float] -> P -> Q  ==>  Q(x) -> P
     def _commute_quantize(self, graph, node: Node) -> bool:
-        if node.target not in SINGLE_OUTPUT_PASS_THROUGH:
+        if node.target not in ATEN_DATA_MOVEMENT_SINGLE_OUTPUT:
             return False
         src = node.args[0]
-        if not isinstance(src, Node) or src.target == DQ_PER_TENSOR:
+        if not isinstance(src, Node) or src.target == DEQUANTIZE_PER_TENSOR:
             return False
         val = src.meta.get("val")
         if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point:
@@ -174,7 +141,7 @@ class CommuteQDQThroughPassThroughPass:
             return False
         qp = qps.pop()
         with graph.inserting_before(node):
-            q = graph.call_function(Q_PER_TENSOR, (src, *qp))
+            q = graph.call_function(QUANTIZE_PER_TENSOR, (src, *qp))
         q.meta = {k: v for k, v in users[0].meta.items() if k not in ("val", "tensor_meta")}
         q.meta["val"] = as_dtype(val, qp[4])
         node.update_arg(0, q)

@@ -20,9 +20,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 from torch.fx import Node
 
-from .qdq_nodes import Q_PER_TENSOR
-
-_Q_OPS = (Q_PER_TENSOR, torch.ops.quantized_decomposed.quantize_per_channel.default)
+from ethosu_ng.ops import is_quantize
 
 
 def _constant_values(program: ExportedProgram) -> Dict[str, torch.Tensor]:
@@ -60,7 +58,7 @@ class FoldQuantizedConstantsPass:
             elif n.op == "call_function" and _deterministic(n.target):
                 if n.all_input_nodes and all(i in is_const for i in n.all_input_nodes):
                     is_const.add(n)
-                elif not n.all_input_nodes and n.target not in _Q_OPS:
+                elif not n.all_input_nodes and not is_quantize(n):
                     is_const.add(n)  # e.g. linspace / arange / full with literal arguments
 
         # Fold the frontier: constant quantize nodes whose value leaves the constant cone and
@@ -80,10 +78,7 @@ class FoldQuantizedConstantsPass:
         targets = [
             n
             for n in graph.nodes
-            if n in is_const
-            and n.target in _Q_OPS
-            and leaves_cone(n)
-            and n.args[0].op != "placeholder"
+            if n in is_const and is_quantize(n) and leaves_cone(n) and n.args[0].op != "placeholder"
         ]
         self.folded = 0
         if not targets:

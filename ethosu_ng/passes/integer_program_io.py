@@ -20,7 +20,8 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from .qdq_nodes import DQ_PER_TENSOR, Q_PER_TENSOR, as_dtype, rename_outputs
+from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR
+from ethosu_ng.passes.qdq_nodes import as_dtype, rename_outputs
 
 IO_META_KEY = "ethosu_ng_program_io"
 
@@ -42,7 +43,7 @@ def _dtype(name: Optional[str]) -> Optional[torch.dtype]:
 def _qdtype(node: Node) -> Optional[torch.dtype]:
     if (
         node.op == "call_function"
-        and node.target in (Q_PER_TENSOR, DQ_PER_TENSOR)
+        and node.target in (QUANTIZE_PER_TENSOR, DEQUANTIZE_PER_TENSOR)
         and len(node.args) >= 6
     ):
         return node.args[5]
@@ -94,9 +95,9 @@ class IntegerProgramIOPass:
                 break
             node = users[0]
             chain.append(node)
-            if node.target == Q_PER_TENSOR and _qdtype(node) == dtype:
+            if node.target == QUANTIZE_PER_TENSOR and _qdtype(node) == dtype:
                 break
-        if not chain or chain[-1].target != Q_PER_TENSOR or _qdtype(chain[-1]) != dtype:
+        if not chain or chain[-1].target != QUANTIZE_PER_TENSOR or _qdtype(chain[-1]) != dtype:
             raise IntegerProgramIOError(
                 f"program input {k} ({x.name}) is not quantized to {dtype} right at the input "
                 f"(users: {[u.name for u in x.users]}); was the model quantized with "
@@ -114,7 +115,7 @@ class IntegerProgramIOPass:
     def _integer_output(k: int, out: Node, dtype: torch.dtype) -> Node:
         node = out
         while _qdtype(node) is not None:
-            if node.target == Q_PER_TENSOR and _qdtype(node) == dtype:
+            if node.target == QUANTIZE_PER_TENSOR and _qdtype(node) == dtype:
                 return node
             node = node.args[0]
         raise IntegerProgramIOError(

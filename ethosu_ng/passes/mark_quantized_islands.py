@@ -10,27 +10,26 @@ quantized model defines, so it is quantized; we add the marker upstream looks fo
 
 from __future__ import annotations
 
-import torch
 from torch.export import ExportedProgram
 
-from .. import upstream
-from .qdq_nodes import DQ_PER_TENSOR, Q_PER_TENSOR
-
-_DQ = (DQ_PER_TENSOR, torch.ops.quantized_decomposed.dequantize_per_channel.default)
+from ethosu_ng.adapters import arm as upstream
+from ethosu_ng.ops import is_dequantize, is_per_tensor_quantize
 
 
 class MarkQuantizedIslandsPass:
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         self.marked = 0
         for n in program.graph_module.graph.nodes:
-            if n.op != "call_function" or n.target in _DQ or n.target == Q_PER_TENSOR:
+            if n.op != "call_function" or is_dequantize(n) or is_per_tensor_quantize(n):
                 continue
             if upstream.is_marked_quantized(n):
                 continue
             ins = n.all_input_nodes
             if not ins or not n.users:
                 continue
-            if all(i.target in _DQ for i in ins) and all(u.target == Q_PER_TENSOR for u in n.users):
+            if all(is_dequantize(i) for i in ins) and all(
+                is_per_tensor_quantize(u) for u in n.users
+            ):
                 upstream.mark_quantized(n)
                 self.marked += 1
         return program

@@ -9,9 +9,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-qd = torch.ops.quantized_decomposed
-Q_PER_TENSOR = qd.quantize_per_tensor.default
-DQ_PER_TENSOR = qd.dequantize_per_tensor.default
+from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR
 
 # (scale, zero_point, qmin, qmax, dtype)
 QParams = Tuple[float, int, int, int, torch.dtype]
@@ -21,7 +19,10 @@ _INTEGER_DTYPES = (torch.int8, torch.int16)
 
 def qparams(node: Node, dtypes=_INTEGER_DTYPES) -> Optional[QParams]:
     """QParams of a per-tensor Q/DQ with literal arguments (and one of ``dtypes``), else None."""
-    if node.op != "call_function" or node.target not in (Q_PER_TENSOR, DQ_PER_TENSOR):
+    if node.op != "call_function" or node.target not in (
+        QUANTIZE_PER_TENSOR,
+        DEQUANTIZE_PER_TENSOR,
+    ):
         return None
     if len(node.args) < 6 or node.kwargs:
         return None
@@ -53,9 +54,9 @@ def insert_qdq(graph, src: Node, qp: QParams, meta_from: Node, before: Optional[
     """Insert ``src -> Q(qp) -> DQ(qp)`` (after ``src``, or before ``before``); return (Q, DQ)."""
     ctx = graph.inserting_before(before) if before is not None else graph.inserting_after(src)
     with ctx:
-        q = graph.call_function(Q_PER_TENSOR, (src, *qp))
+        q = graph.call_function(QUANTIZE_PER_TENSOR, (src, *qp))
     with graph.inserting_after(q):
-        dq = graph.call_function(DQ_PER_TENSOR, (q, *qp))
+        dq = graph.call_function(DEQUANTIZE_PER_TENSOR, (q, *qp))
     base = {k: v for k, v in meta_from.meta.items() if k not in ("val", "tensor_meta")}
     q.meta = dict(base, val=as_dtype(src.meta["val"], qp[4]))
     dq.meta = dict(base, val=as_dtype(src.meta["val"], torch.float32))

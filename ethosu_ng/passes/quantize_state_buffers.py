@@ -19,7 +19,8 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from .qdq_nodes import DQ_PER_TENSOR, Q_PER_TENSOR, as_dtype, qparams
+from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR
+from ethosu_ng.passes.qdq_nodes import as_dtype, qparams
 
 _COPY = (torch.ops.aten.copy_.default,)
 
@@ -56,12 +57,12 @@ class QuantizeStateBuffersPass:
             # int8 buffer is not "zero" once it has a zero point, so ask.
             state.meta["et_init_buffer"] = True
             with graph.inserting_after(state):
-                dq = graph.call_function(DQ_PER_TENSOR, (state, *qp))
+                dq = graph.call_function(DEQUANTIZE_PER_TENSOR, (state, *qp))
             dq.meta = {"val": val}
             for r in readers:
                 r.replace_input_with(state, dq)
             with graph.inserting_before(copy):
-                q = graph.call_function(Q_PER_TENSOR, (value, *qp))
+                q = graph.call_function(QUANTIZE_PER_TENSOR, (value, *qp))
             q.meta = dict(value.meta, val=as_dtype(value.meta["val"], dtype))
             copy.replace_input_with(value, q)
             copy.meta["val"] = as_dtype(copy.meta["val"], dtype)

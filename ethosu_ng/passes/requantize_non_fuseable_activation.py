@@ -23,7 +23,8 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from .qdq_nodes import DQ_PER_TENSOR, Q_PER_TENSOR, insert_qdq
+from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR
+from ethosu_ng.passes.qdq_nodes import insert_qdq
 
 aten = torch.ops.aten
 _ACTIVATIONS = (aten.relu.default, aten.relu_.default, aten.hardtanh.default, aten.relu6.default)
@@ -33,7 +34,7 @@ def _activation_quantize(act: Node):
     users = list(act.users)
     if (
         len(users) != 1
-        or users[0].target != Q_PER_TENSOR
+        or users[0].target != QUANTIZE_PER_TENSOR
         or len(users[0].args) < 6
         or users[0].kwargs
     ):
@@ -55,7 +56,7 @@ class RequantizeNonFuseableActivationPass:
             src = act.args[0]
             if (
                 not isinstance(src, Node)
-                or src.target in (DQ_PER_TENSOR,)
+                or src.target in (DEQUANTIZE_PER_TENSOR,)
                 or src.op != "call_function"
             ):
                 continue

@@ -21,13 +21,14 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from .qdq_nodes import DQ_PER_TENSOR, Q_PER_TENSOR, insert_qdq
+from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR
+from ethosu_ng.passes.qdq_nodes import insert_qdq
 
 
 def _u8(node: Node) -> bool:
     return (
         node.op == "call_function"
-        and node.target in (Q_PER_TENSOR, DQ_PER_TENSOR)
+        and node.target in (QUANTIZE_PER_TENSOR, DEQUANTIZE_PER_TENSOR)
         and len(node.args) >= 6
         and node.args[5] == torch.uint8
         and isinstance(node.args[2], int)
@@ -46,9 +47,13 @@ class SignedInteriorPass:
         for n in list(graph.nodes):
             if not _u8(n):
                 continue
-            if n.target == DQ_PER_TENSOR:
+            if n.target == DEQUANTIZE_PER_TENSOR:
                 # The program output itself may be uint8 (that is IO); only ops are re-typed.
-                users = [u for u in n.users if u.op == "call_function" and u.target != Q_PER_TENSOR]
+                users = [
+                    u
+                    for u in n.users
+                    if u.op == "call_function" and u.target != QUANTIZE_PER_TENSOR
+                ]
                 if not users:
                     continue
                 _, dq = insert_qdq(graph, n, _signed(n), meta_from=n)
@@ -57,7 +62,7 @@ class SignedInteriorPass:
                 self.rewritten += 1
             else:  # quantize to uint8
                 src = n.args[0]
-                if not isinstance(src, Node) or src.target == DQ_PER_TENSOR:
+                if not isinstance(src, Node) or src.target == DEQUANTIZE_PER_TENSOR:
                     continue
                 _, dq = insert_qdq(graph, src, _signed(n), meta_from=n, before=n)
                 n.replace_input_with(src, dq)

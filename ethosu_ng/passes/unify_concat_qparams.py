@@ -17,7 +17,8 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from .qdq_nodes import DQ_PER_TENSOR, insert_qdq, qparams
+from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR
+from ethosu_ng.passes.qdq_nodes import insert_qdq, qparams
 
 aten = torch.ops.aten
 _CONCAT = (aten.cat.default, aten.concat.default, aten.stack.default)
@@ -39,7 +40,7 @@ class UnifyConcatQParamsPass:
             qp = out_qps.pop()
             new_items = []
             for item in items:
-                item_qp = qparams(item) if item.target == DQ_PER_TENSOR else None
+                item_qp = qparams(item) if item.target == DEQUANTIZE_PER_TENSOR else None
                 if item_qp is None or item_qp == qp:
                     new_items.append(item)
                     continue

@@ -21,10 +21,10 @@ import pytest
 import torch
 
 from ethosu_ng import EthosUNGCompileSpec
-from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower, quantize
-from ethosu_ng.op_numerics import check_ops
-from ethosu_ng.tosa_reference import check_delegates
+from ethosu_ng.numerics.op_numerics import check_ops
+from ethosu_ng.numerics.tosa_reference import check_delegates
+from ethosu_ng.partitioning.boundary import float_boundary_tensors
 
 timm = pytest.importorskip("timm")
 

@@ -17,10 +17,10 @@ import torch
 
 from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng import partitioner as partitioner_module
-from ethosu_ng.boundary import float_boundary_tensors
 from ethosu_ng.export import lower, quantize
-from ethosu_ng.op_numerics import check_ops
-from ethosu_ng.target_limits import TargetLimits
+from ethosu_ng.numerics.op_numerics import check_ops
+from ethosu_ng.partitioning.boundary import float_boundary_tensors
+from ethosu_ng.partitioning.target_limits import TargetLimits
 
 timm = pytest.importorskip("timm")
 

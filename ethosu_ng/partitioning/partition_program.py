@@ -23,9 +23,9 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from . import upstream
-from .delegate_io import QPARAMS_META
-from .op_names import op_name
+from ethosu_ng.adapters import exir
+from ethosu_ng.ops import op_name
+from ethosu_ng.partitioning.delegate_io import QPARAMS_META
 
 # Node meta that upstream's lowering reads besides the graph itself.
 _META_KEYS = ("custom", QPARAMS_META)
@@ -90,8 +90,8 @@ def carve(
             by_name[name].meta["delegation_tag"] = tag
     tag_constant_data(program)
     for tag in parts:
-        upstream.duplicate_shared_constants(program, tag)
-    return {tag: upstream.carve_partition(gm, program, tag) for tag in parts}
+        exir.duplicate_shared_constants(program, tag)
+    return {tag: exir.carve_partition(gm, program, tag) for tag in parts}
 
 
 def _tensor_digest(t: torch.Tensor) -> str:

@@ -14,19 +14,11 @@ import torch
 from torch.fx import Node
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .compile_spec import EthosUNGCompileSpec
-from .op_names import op_name
+from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.ops import DEQUANTIZE_OPS, SLICING_OPS, VIEW_OPS, op_name
 
-_SLICING = {"aten.select_copy.int", "aten.slice_copy.Tensor"}
-_VIEWS = {
-    "aten.view_copy.default",
-    "aten.squeeze_copy.dims",
-    "aten.unsqueeze_copy.default",
-    "aten.permute_copy.default",
-    "aten.clone.default",
-    "dim_order_ops._clone_dim_order.default",
-    "quantized_decomposed.dequantize_per_tensor.default",
-}
+# What a sliced value may pass through and still reach the element-wise op of the crash pattern.
+_PASSES_VALUE = VIEW_OPS | DEQUANTIZE_OPS | {"aten.permute_copy.default"}
 _ELEMENTWISE = {"aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor"}
 
 
@@ -40,7 +32,7 @@ def _feeds_elementwise(node: Node, depth: int = 8) -> bool:
                 name = op_name(u.target) if u.op == "call_function" else ""
                 if name in _ELEMENTWISE:
                     return True
-                if name in _VIEWS:
+                if name in _PASSES_VALUE:
                     nxt.append(u)
         frontier = nxt
     return False
@@ -61,7 +53,7 @@ class TargetLimits(OperatorSupportBase):
 
     def why_not(self, node: Node):
         name = op_name(node.target)
-        if self.spec.is_u55_subset and name in _SLICING and len(node.args) > 1:
+        if self.spec.is_u55_subset and name in SLICING_OPS and len(node.args) > 1:
             src, dim = node.args[0], node.args[1]
             val = src.meta.get("val") if isinstance(src, Node) else None
             step = node.args[4] if name == "aten.slice_copy.Tensor" and len(node.args) > 4 else 1

@@ -10,21 +10,11 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-import torch
-
-from . import upstream
-from .blob import DelegateBlob
-from .io_quantization import io_quantization
-from .op_names import op_name
-from .tensor_spec import TensorSpec
-
-CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
-_NOT_COMPUTE = ("quantized_decomposed.", "getitem")
-
-
-def is_compute(name: str) -> bool:
-    """Counted as an op in reports: not a quantize/dequantize or a getitem."""
-    return not name.startswith(_NOT_COMPUTE)
+from ethosu_ng.adapters import exir
+from ethosu_ng.blob import DelegateBlob
+from ethosu_ng.io_quantization import io_quantization
+from ethosu_ng.ops import CALL_DELEGATE, is_compute, op_name
+from ethosu_ng.tensor_spec import TensorSpec
 
 
 def spec_dict(s: TensorSpec) -> Dict[str, Any]:
@@ -157,7 +147,7 @@ def build_report(
 def from_pte(pte: bytes) -> Dict[str, Any]:
     """What a .pte alone tells: each of our delegates' IO table and section sizes."""
     delegates = []
-    for k, (backend, data) in enumerate(upstream.pte_delegate_payloads(pte)):
+    for k, (backend, data) in enumerate(exir.pte_delegate_payloads(pte)):
         if backend != "EthosUNGBackend":
             continue
         blob = DelegateBlob.from_bytes(data)

@@ -94,9 +94,10 @@ def _calibration(args, example) -> List[Tuple]:
 
 
 def cmd_compile(args) -> int:
-    from . import EthosUNGCompileSpec, report
-    from .export import lower, quantize
-    from .model_source import load_model
+    from ethosu_ng import EthosUNGCompileSpec
+    from ethosu_ng.export import lower, quantize
+    from ethosu_ng.tools import report
+    from ethosu_ng.tools.model_source import load_model
 
     try:
         spec = EthosUNGCompileSpec(
@@ -107,7 +108,7 @@ def cmd_compile(args) -> int:
         )
     except (ValueError, TypeError) as e:
         raise CliError(str(e)) from None
-    from .partitioner import EthosUNGPartitioner
+    from ethosu_ng.partitioner import EthosUNGPartitioner
 
     try:
         EthosUNGPartitioner(spec, cpu_ops=args.cpu_op or ())
@@ -128,7 +129,7 @@ def cmd_compile(args) -> int:
         _dtype(args.output_dtype),
     )
     handler = _VelaProgress()
-    backend_log = logging.getLogger("ethosu_ng.partition_compiler")
+    backend_log = logging.getLogger("ethosu_ng.compiler.pipeline")
     backend_log.addHandler(handler)
     backend_log.setLevel(logging.INFO)
     backend_log.propagate = False
@@ -165,7 +166,7 @@ def cmd_compile(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from . import html_report, report
+    from ethosu_ng.tools import html_report, report
 
     if not os.path.exists(args.file):
         raise CliError(f"{args.file}: no such file")
@@ -184,9 +185,10 @@ def cmd_report(args) -> int:
 def cmd_verify(args) -> int:
     import torch
 
-    from . import EthosUNGCompileSpec, io_quantization, report
-    from .export import lower, quantize
-    from .model_source import load_model
+    from ethosu_ng import EthosUNGCompileSpec, io_quantization
+    from ethosu_ng.export import lower, quantize
+    from ethosu_ng.tools import report
+    from ethosu_ng.tools.model_source import load_model
 
     if not os.path.exists(args.pte):
         raise CliError(f"{args.pte}: no such file")
@@ -199,10 +201,10 @@ def cmd_verify(args) -> int:
         )
     with open(args.pte, "rb") as f:
         pte = f.read()
-    from . import upstream
-    from .blob import DelegateBlob
+    from ethosu_ng.adapters import exir
+    from ethosu_ng.blob import DelegateBlob
 
-    for backend, data in upstream.pte_delegate_payloads(pte):
+    for backend, data in exir.pte_delegate_payloads(pte):
         if backend == "EthosUNGBackend" and DelegateBlob.from_bytes(data).tosa is None:
             raise CliError(
                 f"{args.pte}: delegates carry no TOSA graph; compile with --embed-tosa "
@@ -232,7 +234,7 @@ def cmd_verify(args) -> int:
             tuple(torch.randn(e.shape, generator=g) for e in loaded.example_inputs)
             for _ in range(args.n)
         ]
-    from .runtime import run_pte
+    from ethosu_ng.runtime import run_pte
 
     worst: Dict[int, float] = {}
     agree = 0
@@ -316,7 +318,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # anything else: one line unless --debug
-        from .model_source import ModelSourceError
+        from ethosu_ng.tools.model_source import ModelSourceError
 
         if args.debug:
             traceback.print_exc()

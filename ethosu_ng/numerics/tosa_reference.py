@@ -16,9 +16,8 @@ import numpy as np
 import torch
 from torch.fx import Interpreter
 
-from .blob import DelegateBlob
-
-CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
+from ethosu_ng.blob import DelegateBlob
+from ethosu_ng.ops import CALL_DELEGATE
 
 
 @dataclass

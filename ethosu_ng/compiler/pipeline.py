@@ -28,14 +28,15 @@ import torch
 from torch.export import ExportedProgram
 from tosa.DType import DType
 
-from . import upstream, vela_compiler
-from .blob import DelegateBlob
-from .boundary import BoundaryContractError
-from .compile_spec import EthosUNGCompileSpec
-from .delegate_io import DelegateIOSpec, declared_io
-from .tensor_spec import TensorSpec
-from .tosa_graph import TosaTensorInfo, tosa_io
-from .vela_compiler import VelaError, VelaResult
+from ethosu_ng.adapters import arm as upstream
+from ethosu_ng.blob import DelegateBlob
+from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.compiler.tosa_graph import TosaTensorInfo, tosa_io
+from ethosu_ng.partitioning.boundary import BoundaryContractError
+from ethosu_ng.partitioning.delegate_io import DelegateIOSpec, declared_io
+from ethosu_ng.tensor_spec import TensorSpec
+from ethosu_ng.vela import compiler as vela_compiler
+from ethosu_ng.vela.compiler import VelaError, VelaResult
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Set
 import torch
 from torch.fx import Node
 
-from .op_names import op_name
-from .vela_compiler import VelaError
+from ethosu_ng.ops import op_name
+from ethosu_ng.vela.compiler import VelaError
 
 logger = logging.getLogger(__name__)
 

@@ -14,33 +14,14 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from .boundary import BoundaryContractError
-from .op_names import op_name
-from .tensor_spec import BOUNDARY_DTYPES, TensorSpec
-
-_Q = {"quantized_decomposed.quantize_per_tensor.default"}
-_DQ = {"quantized_decomposed.dequantize_per_tensor.default"}
-# Edge-dialect ops that move int8 data without changing values: qparams flow through them.
-_PASS_THROUGH = {
-    "aten.view_copy.default",
-    "aten.permute_copy.default",
-    "aten.squeeze_copy.dims",
-    "aten.squeeze_copy.dim",
-    "aten.squeeze_copy.default",
-    "aten.unsqueeze_copy.default",
-    "aten.slice_copy.Tensor",
-    "aten.select_copy.int",
-    "aten.clone.default",
-    "dim_order_ops._clone_dim_order.default",
-    "aten.expand_copy.default",
-    "aten.cat.default",
-    "aten.split_with_sizes_copy.default",
-    "aten.split_copy.Tensor",
-    "aten.unbind_copy.int",
-    "aten.alias_copy.default",
-    "aten.repeat.default",
-    "getitem",
-}
+from ethosu_ng.ops import (
+    DATA_MOVEMENT_OPS,
+    DEQUANTIZE_PER_TENSOR_OPS,
+    QUANTIZE_PER_TENSOR_OPS,
+    op_name,
+)
+from ethosu_ng.partitioning.boundary import BoundaryContractError
+from ethosu_ng.tensor_spec import BOUNDARY_DTYPES, TensorSpec
 
 
 @dataclass
@@ -64,9 +45,13 @@ def _upstream_qparams(node: Node) -> Optional[Tuple[float, int]]:
     while seen < 10_000:
         seen += 1
         name = op_name(node.target) if node.op == "call_function" else node.op
-        if name in _Q:
+        if name in QUANTIZE_PER_TENSOR_OPS:
             return _qparams_of(node)
-        if name in _PASS_THROUGH and node.args and isinstance(node.args[0], (Node, list, tuple)):
+        if (
+            name in DATA_MOVEMENT_OPS
+            and node.args
+            and isinstance(node.args[0], (Node, list, tuple))
+        ):
             src = node.args[0]
             node = src[0] if isinstance(src, (list, tuple)) else src
             if not isinstance(node, Node):
@@ -91,9 +76,9 @@ def _downstream_qparams(node: Node) -> Optional[Tuple[float, int]]:
             if u.op != "call_function":
                 continue
             name = op_name(u.target)
-            if name in _DQ:
+            if name in DEQUANTIZE_PER_TENSOR_OPS:
                 found.add(_qparams_of(u))
-            elif name in _PASS_THROUGH:
+            elif name in DATA_MOVEMENT_OPS:
                 frontier.append(u)
     return found.pop() if len(found) == 1 else None
 

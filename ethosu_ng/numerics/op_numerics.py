@@ -34,13 +34,15 @@ import torch
 from torch.fx import Interpreter
 from torch.utils._pytree import tree_map
 
-from .tosa_reference import CALL_DELEGATE, DelegateNumerics, _DelegateChecker, _module
-
-qd = torch.ops.quantized_decomposed
-_Q_PER_TENSOR = (qd.quantize_per_tensor.default, qd.quantize_per_tensor.tensor)
-_Q_PER_CHANNEL = (qd.quantize_per_channel.default,)
-_DQ_PER_TENSOR = (qd.dequantize_per_tensor.default, qd.dequantize_per_tensor.tensor)
-_DQ_PER_CHANNEL = (qd.dequantize_per_channel.default,)
+from ethosu_ng.numerics.tosa_reference import DelegateNumerics, _DelegateChecker, _module
+from ethosu_ng.ops import (
+    CALL_DELEGATE,
+    DEQUANTIZE_OPS,
+    DEQUANTIZE_PER_TENSOR_OPS,
+    QUANTIZE_OPS,
+    QUANTIZE_PER_TENSOR_OPS,
+    op_name,
+)
 
 
 @dataclass
@@ -86,7 +88,7 @@ def _scalar(v) -> float:
 
 
 def _exact_quantize(op, x64, args):
-    if op in _Q_PER_TENSOR:
+    if op_name(op) in QUANTIZE_PER_TENSOR_OPS:
         scale, zp, qmin, qmax, dtype = _scalar(args[1]), int(_scalar(args[2])), *args[3:6]
         return torch.clamp(torch.round(x64 / scale) + zp, qmin, qmax).to(dtype)
     scales, zps, axis, qmin, qmax, dtype = args[1:7]
@@ -97,7 +99,7 @@ def _exact_quantize(op, x64, args):
 
 
 def _exact_dequantize(op, q, args):
-    if op in _DQ_PER_TENSOR:
+    if op_name(op) in DEQUANTIZE_PER_TENSOR_OPS:
         return (q.to(torch.float64) - int(_scalar(args[2]))) * _scalar(args[1])
     scales, zps, axis = args[1:4]
     shape = [1] * q.dim()
@@ -145,7 +147,7 @@ class _Lockstep(Interpreter):
         a64 = tree_map(lambda v: v.f64 if isinstance(v, _Pair) else v, args)
         k32 = tree_map(lambda v: v.f32 if isinstance(v, _Pair) else v, kwargs)
         k64 = tree_map(lambda v: v.f64 if isinstance(v, _Pair) else v, kwargs)
-        if op in _Q_PER_TENSOR or op in _Q_PER_CHANNEL:
+        if op_name(op) in QUANTIZE_OPS:
             exact = _exact_quantize(op, a64[0], a64)
             eager = target(*a32, **k32)
             diff = (eager.to(torch.int64) - exact.to(torch.int64)).abs()
@@ -160,7 +162,7 @@ class _Lockstep(Interpreter):
                 )
             )
             return exact  # both paths continue from the exact integers
-        if op in _DQ_PER_TENSOR or op in _DQ_PER_CHANNEL:
+        if op_name(op) in DEQUANTIZE_OPS:
             return _Pair(target(*a32, **k32), _exact_dequantize(op, a64[0], a64))
         r32 = target(*a32, **k32)
 

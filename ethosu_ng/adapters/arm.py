@@ -1,18 +1,17 @@
 """The one place ethosu_ng touches executorch's Arm backend.
 
 Everything we reuse from ``executorch.backends.arm`` (TOSA lowering, operator support checks,
-the PT2E quantizer configs) is imported here and only here, so an executorch upgrade is a change
-to this file. Pinned against executorch 1.5.1.
+the PT2E quantizer configs and the Cortex-M node finders its IO configs are applied with) is
+imported here and only here, so an executorch upgrade is a change to this file. Pinned against
+executorch 1.5.1.
 """
 
 from __future__ import annotations
 
-import weakref
 from contextlib import contextmanager
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
-from executorch.backends.arm.constants import DQ_OPS, Q_OPS  # noqa: F401  (re-exported)
 from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
 from executorch.backends.arm.quantizer import (
     EthosUQuantizer,
@@ -26,21 +25,22 @@ from torch._export.utils import _get_shape_env_from_gm
 from torch.export import ExportedProgram
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .compile_spec import EthosUNGCompileSpec
+from ethosu_ng.adapters.lazy_recompile import deferred_recompile
+from ethosu_ng.compile_spec import EthosUNGCompileSpec
 
 __all__ = [
-    "DQ_OPS",
-    "Q_OPS",
     "EthosUQuantizer",
     "get_symmetric_quantization_config",
     "get_uint8_io_quantization_config",
-    "upstream_compile_spec",
+    "io_node_finders",
+    "is_marked_quantized",
+    "list_argument_input_qparams",
+    "lower_to_tosa",
     "lowering_context",
+    "mark_quantized",
     "operator_support",
     "ops_to_not_decompose",
-    "keepable_ops",
-    "lower_to_tosa",
-    "WhyNoPartitionReporter",
+    "upstream_compile_spec",
 ]
 
 
@@ -95,66 +95,11 @@ def ops_to_not_decompose(
     return _upstream_partitioner(spec).ops_to_not_decompose(program)
 
 
-def keepable_ops(ops: List[torch._ops.OpOverload]) -> List[torch._ops.OpOverload]:
-    """``ops`` without those executorch refuses to keep from decomposition (it applies this on the
-    path with a per-node filter only)."""
-    from executorch.exir.program._program import _remove_invalid_ops_for_not_decompose
-
-    return _remove_invalid_ops_for_not_decompose(list(ops))
-
-
 def lower_to_tosa(edge_program: ExportedProgram, spec: EthosUNGCompileSpec) -> bytes:
     """Run upstream's Arm pass pipeline and TOSA serializer on one partition."""
     tosa_spec = TOSABackend.filter_tosa_compile_specs(upstream_compile_spec(spec))
     with deferred_recompile():
         return bytes(TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes)
-
-
-@contextmanager
-def deferred_recompile() -> Iterator[None]:
-    """Generate a GraphModule's Python code only when someone runs or reads it.
-
-    Each of upstream's ~150 TOSA passes builds a new GraphModule and regenerates its ``forward``
-    source (``GraphModule.recompile``), which nothing reads: measured 17 s of an 82 s mobilenetv2
-    lowering (cProfile). Inside this context ``recompile`` only marks the module; its code is
-    generated when it is called or its ``code`` read, and on exit for every module still alive,
-    so no module leaves the context stale. Same idea as torch's own ``_LazyGraphModule``, which
-    only applies to modules built through torch's private factory.
-    """
-    from torch.fx import GraphModule
-
-    if getattr(GraphModule, "_ethosu_ng_deferred", False):  # nested: the outer context flushes
-        yield
-        return
-    real_recompile, real_code = GraphModule.recompile, GraphModule.code
-    dirty: weakref.WeakSet[GraphModule] = weakref.WeakSet()
-
-    def flush(gm: GraphModule) -> None:
-        if gm in dirty:
-            dirty.discard(gm)
-            real_recompile(gm)
-
-    def run_lazily(self, *args, **kwargs):
-        flush(self)
-        return self(*args, **kwargs)
-
-    def mark(self):
-        dirty.add(self)
-        type(self).forward = run_lazily  # each GraphModule has its own class
-
-    def code(self):
-        flush(self)
-        return real_code.fget(self)
-
-    GraphModule.recompile, GraphModule.code = mark, property(code)
-    GraphModule._ethosu_ng_deferred = True
-    try:
-        yield
-    finally:
-        GraphModule.recompile, GraphModule.code = real_recompile, real_code
-        GraphModule._ethosu_ng_deferred = False
-        for gm in list(dirty):
-            flush(gm)
 
 
 def list_argument_input_qparams(dequantize_nodes):
@@ -188,44 +133,3 @@ def is_marked_quantized(node: torch.fx.Node) -> bool:
 
     info = (node.meta.get("custom") or {}).get(ArmAnnotationInfo.CUSTOM_META_KEY)
     return bool(info and info.get("quantized"))
-
-
-def pte_delegate_payloads(pte: bytes):
-    """[(backend_id, processed bytes)] of every delegate in a serialized .pte, in plan order."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
-    program = deserialize_pte_binary(bytes(pte)).program
-    out = []
-    for plan in program.execution_plan:
-        for d in plan.delegates:
-            if d.processed.location != 0:  # 0 = inline in backend_delegate_data
-                raise ValueError(
-                    f"delegate {d.id}: processed data stored out of line is not supported"
-                )
-            out.append((d.id, bytes(program.backend_delegate_data[d.processed.index].data)))
-    return out
-
-
-def carve_partition(graph_module: torch.fx.GraphModule, owning_program: ExportedProgram, tag: str):
-    """Cut the nodes tagged ``tag`` out of ``graph_module`` exactly as ``to_backend`` does before
-    calling ``preprocess``: (submodule program, call_module node). Edits ``graph_module``."""
-    from executorch.exir.backend.backend_api import _get_node_list_with_same_tag
-    from executorch.exir.lowered_backend_module import (
-        create_exported_program_from_submodule,
-        create_submodule_from_nodes,
-    )
-
-    nodes = _get_node_list_with_same_tag(graph_module, tag, owning_program)
-    with graph_module._set_replace_hook(owning_program.graph_signature.get_replace_hook()):
-        submodule, call_node = create_submodule_from_nodes(graph_module, nodes, tag)
-    program, _, _ = create_exported_program_from_submodule(
-        submodule, owning_program, tag, call_node, False
-    )
-    return program
-
-
-def duplicate_shared_constants(program: ExportedProgram, tag: str) -> None:
-    """``to_backend``'s own step before carving: constants shared across partitions are copied."""
-    from executorch.exir.backend.utils import _maybe_duplicate_constant_nodes
-
-    _maybe_duplicate_constant_nodes(program, tag)

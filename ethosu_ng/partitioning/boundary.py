@@ -17,8 +17,8 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from .tensor_spec import BOUNDARY_DTYPES
-from .upstream import DQ_OPS, Q_OPS
+from ethosu_ng.ops import is_call_delegate, is_dequantize, is_quantize
+from ethosu_ng.tensor_spec import BOUNDARY_DTYPES
 
 
 class BoundaryContractError(RuntimeError):
@@ -89,13 +89,9 @@ class BoundaryContract:
 
     def why_excluded(self, n: Node, part: Set[Node]) -> Optional[str]:
         """Reason a node must leave ``part`` for the contract to hold, or None."""
-        if (
-            n.target in Q_OPS
-            and n.args[0] not in part
-            and not _is_constant(n.args[0], self.constants)
-        ):
+        if is_quantize(n) and n.args[0] not in part and not _is_constant(n.args[0], self.constants):
             return "quantize at a partition entry runs on CPU (boundary tensor must be integer)"
-        if n.target in DQ_OPS and any(u not in part for u in n.users):
+        if is_dequantize(n) and any(u not in part for u in n.users):
             return "dequantize at a partition exit runs on CPU (boundary tensor must be integer)"
         if n.target == operator.getitem and n.args[0] not in part:
             return "getitem of a value computed outside the partition"
@@ -157,7 +153,7 @@ def float_boundary_tensors(program: ExportedProgram) -> List[str]:
     """Names of float tensors entering or leaving any delegate call of a lowered program."""
     bad: List[str] = []
     for n in program.graph_module.graph.nodes:
-        if n.op != "call_function" or n.target != torch.ops.higher_order.executorch_call_delegate:
+        if not is_call_delegate(n):
             continue
         for k, a in enumerate(n.args[1:]):
             if isinstance(a, Node) and is_float(a):

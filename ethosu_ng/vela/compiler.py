@@ -16,8 +16,8 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from .compile_spec import EthosUNGCompileSpec
-from .vela_process import run_vela
+from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.vela.process import run_vela
 
 _VELA_MAIN = "import sys; from ethosu.vela.vela import main; sys.exit(main(sys.argv[1:]))"
 

@@ -1,0 +1,105 @@
+"""The one place ethosu_ng touches executorch's exir internals.
+
+``to_backend`` carves each tagged partition into its own program before it calls ``preprocess``;
+the partitioner must carve identically to compile a partition ahead of time (and to fall back to
+the CPU when Vela fails). The ``.pte`` reader and the partition reporter's per-node reasons are
+private too. Each function here names the private symbol it wraps; an executorch upgrade that
+moves one fails here, loudly, not somewhere that would swallow it. Pinned against 1.5.1.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from executorch.exir.backend.utils import WhyNoPartitionReporter
+from torch.export import ExportedProgram
+
+__all__ = [
+    "WhyNoPartitionReporter",
+    "carve_partition",
+    "duplicate_shared_constants",
+    "keepable_ops",
+    "pte_delegate_payloads",
+    "pte_input_dim_orders",
+    "rejected_reasons",
+]
+
+
+def rejected_reasons(reporter: WhyNoPartitionReporter) -> Dict[torch.fx.Node, str]:
+    """Node -> the reason upstream's operator support rejected it (``_rejected_nodes``)."""
+    reasons = reporter._rejected_nodes
+    if not isinstance(reasons, dict):
+        raise TypeError(
+            f"WhyNoPartitionReporter._rejected_nodes is {type(reasons).__name__}, not a dict: "
+            "executorch changed; update ethosu_ng/adapters/exir.py"
+        )
+    return reasons
+
+
+def keepable_ops(ops: List[torch._ops.OpOverload]) -> List[torch._ops.OpOverload]:
+    """``ops`` without those executorch refuses to keep from decomposition (it applies this on the
+    path with a per-node filter only)."""
+    from executorch.exir.program._program import _remove_invalid_ops_for_not_decompose
+
+    return _remove_invalid_ops_for_not_decompose(list(ops))
+
+
+def _deserialize(pte: bytes):
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    parsed = deserialize_pte_binary(bytes(pte))
+    return getattr(parsed, "program", parsed)
+
+
+def pte_delegate_payloads(pte: bytes) -> List[Tuple[str, bytes]]:
+    """[(backend_id, processed bytes)] of every delegate in a serialized .pte, in plan order."""
+    program = _deserialize(pte)
+    out = []
+    for plan in program.execution_plan:
+        for d in plan.delegates:
+            if d.processed.location != 0:  # 0 = inline in backend_delegate_data
+                raise ValueError(
+                    f"delegate {d.id}: processed data stored out of line is not supported"
+                )
+            out.append((d.id, bytes(program.backend_delegate_data[d.processed.index].data)))
+    return out
+
+
+def pte_input_dim_orders(pte: bytes, method: str = "forward") -> List[Optional[tuple]]:
+    """Dim order of each input of ``method`` as planned in the .pte (None: not a tensor)."""
+    program = _deserialize(pte)
+    plans = [p for p in program.execution_plan if p.name == method]
+    if not plans:
+        names = [p.name for p in program.execution_plan]
+        raise ValueError(f"the program has no method {method!r} (it has {names})")
+    orders = []
+    for idx in plans[0].inputs:
+        val = plans[0].values[idx].val
+        orders.append(tuple(val.dim_order) if hasattr(val, "dim_order") else None)
+    return orders
+
+
+def carve_partition(graph_module: torch.fx.GraphModule, owning_program: ExportedProgram, tag: str):
+    """Cut the nodes tagged ``tag`` out of ``graph_module`` exactly as ``to_backend`` does before
+    calling ``preprocess``: (submodule program, call_module node). Edits ``graph_module``."""
+    from executorch.exir.backend.backend_api import _get_node_list_with_same_tag
+    from executorch.exir.lowered_backend_module import (
+        create_exported_program_from_submodule,
+        create_submodule_from_nodes,
+    )
+
+    nodes = _get_node_list_with_same_tag(graph_module, tag, owning_program)
+    with graph_module._set_replace_hook(owning_program.graph_signature.get_replace_hook()):
+        submodule, call_node = create_submodule_from_nodes(graph_module, nodes, tag)
+    program, _, _ = create_exported_program_from_submodule(
+        submodule, owning_program, tag, call_node, False
+    )
+    return program
+
+
+def duplicate_shared_constants(program: ExportedProgram, tag: str) -> None:
+    """``to_backend``'s own step before carving: constants shared across partitions are copied."""
+    from executorch.exir.backend.utils import _maybe_duplicate_constant_nodes
+
+    _maybe_duplicate_constant_nodes(program, tag)

@@ -1,0 +1,2 @@
+"""Numerics without an NPU: each delegate's TOSA graph on the TOSA reference model
+(``tosa_reference``) and the quantized graph evaluated exactly in float64 (``op_numerics``)."""

@@ -1,0 +1,2 @@
+"""Partitioning: the boundary contract, the declared IO of a partition, target limits, carving
+partitions as ``to_backend`` will, and finding the ops a Vela failure is due to."""

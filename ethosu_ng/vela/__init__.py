@@ -1,0 +1,2 @@
+"""The Vela stage: TOSA flatbuffer -> Ethos-U command stream, run in child processes with a time
+limit (``process``) and read back (``compiler``)."""
