@@ -9,9 +9,30 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
-from ethosu_ng.tensor_spec import CODE_DTYPES, DTYPE_CODES, MAX_RANK, TensorSpec, element_size
+import torch
+
+if TYPE_CHECKING:  # tensor_spec reads this module's constants; TensorSpec is imported where built
+    from ethosu_ng.tensor_spec import TensorSpec
+
+# Dtype codes of the IO table. The code carries signedness because Vela's element size alone
+# cannot tell int8 from uint8. runtime/ethosu_ng/blob.h holds the C++ copy; tests/test_blob.py
+# checks the two agree.
+DTYPE_CODES = {
+    torch.int8: 1,
+    torch.uint8: 2,
+    torch.int16: 3,
+    torch.uint16: 4,
+    torch.int32: 5,
+}
+CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+MAX_RANK = 6  # shape and dim_order slots of an IO entry
+
+# Vela's memory regions (the base-address index the command stream uses).
+REGION_WEIGHTS = 0
+REGION_SCRATCH = 1
+REGION_FAST_SCRATCH = 2
 
 MAGIC = b"EUNG"
 VERSION = 1
@@ -187,6 +208,8 @@ def _pack_io(index: int, s: TensorSpec) -> bytes:
 
 def _unpack_io(buf: bytes, off: int, k: int, n_in: int, scratch: int) -> TensorSpec:
     name = f"input {k}" if k < n_in else f"output {k - n_in}"
+    from ethosu_ng.tensor_spec import TensorSpec
+
     code, rank, elem, region, offset, byte_size, zp, scale, *rest = IO_ENTRY.unpack_from(buf, off)
     shape, order = rest[:MAX_RANK], rest[MAX_RANK:]
     if code not in CODE_DTYPES:
@@ -194,7 +217,7 @@ def _unpack_io(buf: bytes, off: int, k: int, n_in: int, scratch: int) -> TensorS
     dtype = CODE_DTYPES[code]
     if rank > MAX_RANK:
         raise ValueError(f"{name}: rank {rank} > {MAX_RANK}")
-    if elem != element_size(dtype):
+    if elem != torch.empty((), dtype=dtype).element_size():
         raise ValueError(f"{name}: element size {elem} does not match {dtype}")
     shape, order = tuple(shape[:rank]), tuple(order[:rank])
     if sorted(order) != list(range(rank)):
@@ -204,7 +227,7 @@ def _unpack_io(buf: bytes, off: int, k: int, n_in: int, scratch: int) -> TensorS
         numel *= d
     if numel * elem != byte_size:
         raise ValueError(f"{name}: byte size {byte_size} != {numel} elements x {elem}")
-    if region == 1 and offset + byte_size > scratch:
+    if region == REGION_SCRATCH and offset + byte_size > scratch:
         raise ValueError(
             f"{name}: [{offset}, {offset + byte_size}) outside scratch of {scratch} bytes"
         )

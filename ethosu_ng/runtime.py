@@ -41,15 +41,16 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from ethosu_ng.adapters import exir
+from ethosu_ng.blob import CODE_DTYPES, MAX_RANK
 
 logger = logging.getLogger(__name__)
 
 HOST_ABI_VERSION = 1  # runtime/ethosu_ng/host_api.h ETHOSU_NG_HOST_ABI_VERSION
 LIB_NAME = "libethosu_ng_host.so"
-MAX_RANK = 6
 
 _REPO = Path(__file__).resolve().parent.parent
-_NP_DTYPES = {1: np.int8, 2: np.uint8, 3: np.int16, 4: np.uint16, 5: np.int32}
+# Blob dtype code -> numpy dtype (torch and numpy share the names).
+_NP_DTYPES = {code: np.dtype(str(dt).removeprefix("torch.")) for code, dt in CODE_DTYPES.items()}
 
 _P = ctypes.POINTER
 TOSA_CALLBACK = ctypes.CFUNCTYPE(

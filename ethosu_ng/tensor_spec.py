@@ -8,19 +8,12 @@ from typing import Optional, Tuple
 
 import torch
 
-# Dtype codes written in the blob's IO table. The code carries signedness because Vela's element
-# size alone cannot tell int8 from uint8. Keep in sync with runtime/ethosu_ng/blob.h.
-DTYPE_CODES = {
-    torch.int8: 1,
-    torch.uint8: 2,
-    torch.int16: 3,
-    torch.uint16: 4,
-    torch.int32: 5,
-}
-CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
-BOUNDARY_DTYPES = frozenset(DTYPE_CODES)
+from ethosu_ng.blob import DTYPE_CODES, MAX_RANK, REGION_SCRATCH
 
-MAX_RANK = 6
+# The integer dtypes a delegate boundary tensor may have: exactly those the blob can describe.
+BOUNDARY_DTYPES = frozenset(DTYPE_CODES)
+# The dim order of an NHWC (channels-last) rank-4 tensor.
+CHANNELS_LAST = (0, 2, 3, 1)
 
 
 def element_size(dtype: torch.dtype) -> int:
@@ -42,7 +35,7 @@ class TensorSpec:
     dim_order: Tuple[int, ...]
     scale: Optional[float] = None
     zero_point: Optional[int] = None
-    region: int = 1
+    region: int = REGION_SCRATCH
     offset: int = 0
 
     def __post_init__(self) -> None:

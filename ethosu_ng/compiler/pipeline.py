@@ -1,8 +1,9 @@
 """Compile partition programs to DelegateBlobs: the stages behind ``EthosUNGBackend``.
 
 Per partition: declared IO (delegate_io) -> TOSA (upstream lowering via the adapter) -> Vela
-(child process) -> cross-check declared == TOSA == Vela IO -> DelegateBlob v1. Any disagreement is
-a ``BoundaryContractError`` naming the partition, the IO index and both types.
+(child process) -> cross-check declared == TOSA == Vela IO (``io_check``) -> DelegateBlob v1.
+Where Vela drops an output that is also used inside the partition, the partition is lowered again
+with that output channels-last (``dropped_output``).
 
 Many partitions: TOSA lowering runs in this process, one partition after the other (upstream's
 lowering is not thread-safe); up to ``spec.vela_workers`` Vela child processes run meanwhile, so
@@ -17,133 +18,25 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Set, Tuple, Union
 
-import torch
 from torch.export import ExportedProgram
-from tosa.DType import DType
 
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.blob import DelegateBlob
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
-from ethosu_ng.compiler.tosa_graph import TosaTensorInfo, tosa_io
-from ethosu_ng.partitioning.boundary import BoundaryContractError
+from ethosu_ng.compiler.dropped_output import emit_shared_rank4_outputs_nhwc, may_drop_output
+from ethosu_ng.compiler.io_check import check_io
+from ethosu_ng.compiler.tosa_graph import tosa_io
 from ethosu_ng.partitioning.delegate_io import DelegateIOSpec, declared_io
-from ethosu_ng.tensor_spec import TensorSpec
 from ethosu_ng.vela import compiler as vela_compiler
 from ethosu_ng.vela.compiler import VelaError, VelaResult
 
 logger = logging.getLogger(__name__)
-
-_TOSA_DTYPE_FOR = {1: DType.INT8, 2: DType.INT16, 4: DType.INT32}  # by element size
-
-
-def check_io(
-    name: str,
-    declared: DelegateIOSpec,
-    tosa_ins: List[TosaTensorInfo],
-    tosa_outs: List[TosaTensorInfo],
-    vela: VelaResult,
-    nhwc_outputs: Set[int] = frozenset(),
-) -> DelegateIOSpec:
-    """declared == TOSA == Vela for every input and output; return specs placed by Vela.
-
-    ``nhwc_outputs``: output indices deliberately emitted channels-last by the NPU."""
-    placed = {}
-    for kind, decl, names, tosa, vel in (
-        ("input", declared.inputs, declared.input_names, tosa_ins, vela.inputs),
-        ("output", declared.outputs, declared.output_names, tosa_outs, vela.outputs),
-    ):
-        if not (len(decl) == len(tosa) == len(vel)):
-            raise BoundaryContractError(
-                f"{name}: {kind} count disagrees: declared {len(decl)} {names}, TOSA {len(tosa)} "
-                f"{[t.name for t in tosa]} {[list(t.shape) for t in tosa]}, Vela {len(vel)} "
-                f"{[list(v.shape) for v in vel]}"
-            )
-        out = []
-        for k, (d, t, v) in enumerate(zip(decl, tosa, vel)):
-            where = f"{name} {kind} {k} ({names[k] if k < len(names) else '?'})"
-            want_tosa = _TOSA_DTYPE_FOR.get(d.elem_size)
-            if t.dtype != want_tosa:
-                raise BoundaryContractError(
-                    f"{where}: declared {d.dtype} but the TOSA graph {kind} is {t.dtype_name}"
-                )
-            if v.elem_size != d.elem_size:
-                raise BoundaryContractError(
-                    f"{where}: declared {d.dtype} ({d.elem_size} B/element) but Vela "
-                    f"{'reads' if kind == 'input' else 'writes'} {v.elem_size} B/element"
-                )
-            if math.prod(t.shape) != d.numel or v.numel != d.numel:
-                raise BoundaryContractError(
-                    f"{where}: declared shape {list(d.shape)} but TOSA has {list(t.shape)} and "
-                    f"Vela {list(v.shape)}"
-                )
-            want_nhwc = kind == "output" and k in nhwc_outputs
-            order = _npu_dim_order(d, t, want_nhwc)
-            if order is None:
-                raise BoundaryContractError(
-                    f"{where}: TOSA shape {list(t.shape)} is no layout of declared shape "
-                    f"{list(d.shape)}"
-                )
-            out.append(
-                TensorSpec(d.dtype, d.shape, order, d.scale, d.zero_point, v.region, v.offset)
-            )
-        placed[kind] = out
-    return DelegateIOSpec(
-        placed["input"], placed["output"], declared.input_names, declared.output_names, vela.summary
-    )
-
-
-CHANNELS_LAST = (0, 2, 3, 1)
-
-
-def _npu_dim_order(d: TensorSpec, t: TosaTensorInfo, want_nhwc: bool = False):
-    """The memory order of the NPU buffer, from the TOSA tensor's shape."""
-    contiguous = tuple(range(len(d.shape)))
-    shape = tuple(t.shape)
-    if want_nhwc and len(d.shape) == 4 and shape == tuple(d.shape[i] for i in CHANNELS_LAST):
-        return CHANNELS_LAST
-    if shape == d.shape:
-        return contiguous
-    if shape == tuple(d.shape[i] for i in d.dim_order):
-        return d.dim_order
-    if len(shape) != len(d.shape):
-        return contiguous  # rank-changing reshape at the boundary: element order is row-major
-    return None
-
-
-def _internal_rank4_exits(program: ExportedProgram):
-    for k, a in enumerate(program.graph_module.graph.output_node().args[0]):
-        if isinstance(a, torch.fx.Node) and len(a.users) >= 2:
-            v = a.meta.get("val")
-            if isinstance(v, torch.Tensor) and v.dim() == 4:
-                yield k, a, v
-
-
-def _has_internal_rank4_exit(program: ExportedProgram) -> bool:
-    return next(_internal_rank4_exits(program), None) is not None
-
-
-def _nhwc_exits(program: ExportedProgram) -> Set[int]:
-    """Make every rank-4 output that is also consumed inside the partition channels-last.
-
-    Vela 5.1.0 drops such an output when upstream's layout pass routes the internal consumer
-    through the output's NCHW transpose and straight back (Vela cancels the pair and loses the
-    output; measured: TOSA 2 outputs, Vela 1). Emitting the output in NHWC removes the pair; the
-    runtime's layout copy turns it into the ExecuTorch tensor's dim order.
-    """
-    changed: Set[int] = set()
-    for k, a, v in list(_internal_rank4_exits(program)):
-        n, c, h, w = v.shape
-        with v.fake_mode:
-            a.meta["val"] = torch.empty_strided(v.shape, (h * w * c, 1, w * c, c), dtype=v.dtype)
-        changed.add(k)
-    return changed
 
 
 def _drop_provenance(program: ExportedProgram) -> None:
@@ -175,7 +68,7 @@ class CompiledPartition:
 class _Pending:
     name: str
     declared: DelegateIOSpec
-    pristine: Optional[ExportedProgram]  # kept only where Vela may drop an output (_nhwc_exits)
+    pristine: Optional[ExportedProgram]  # kept only where Vela may drop an output
     tosa: bytes
     vela: Future[VelaResult]
 
@@ -189,7 +82,7 @@ def _start(
     declared = declared_io(program)
     # Upstream's lowering edits the program in place; keep a copy for the channels-last retry,
     # which only a rank-4 output with a consumer inside the partition can need.
-    pristine = copy.deepcopy(program) if _has_internal_rank4_exit(program) else None
+    pristine = copy.deepcopy(program) if may_drop_output(program) else None
     _drop_provenance(program)
     with upstream.lowering_context(spec, program):
         tosa = upstream.lower_to_tosa(program, spec)
@@ -208,7 +101,7 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
     tosa, vela = p.tosa, p.vela.result()
     nhwc: Set[int] = set()
     if len(vela.outputs) != len(p.declared.outputs):
-        nhwc = _nhwc_exits(p.pristine) if p.pristine is not None else set()
+        nhwc = emit_shared_rank4_outputs_nhwc(p.pristine) if p.pristine is not None else set()
         if nhwc:
             logger.info(
                 "%s: Vela dropped an output; emitting outputs %s channels-last",

@@ -13,8 +13,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from ethosu_ng.blob import HEADER, SECTION_ENTRY, DelegateBlob  # noqa: E402
-from ethosu_ng.tensor_spec import DTYPE_CODES, MAX_RANK, TensorSpec  # noqa: E402
+from ethosu_ng.blob import DTYPE_CODES, HEADER, MAX_RANK, SECTION_ENTRY, DelegateBlob  # noqa: E402  # noqa: E402
+from ethosu_ng.tensor_spec import TensorSpec  # noqa: E402
 
 
 def good_blobs():
