@@ -37,9 +37,10 @@ def lower(
     example_inputs: Tuple[torch.Tensor, ...],
     spec: EthosUNGCompileSpec,
     cpu_ops: Sequence = (),
+    disabled_passes: Sequence[type] = (),
 ) -> Tuple[EdgeProgramManager, EthosUNGPartitioner]:
     """Export the quantized module and lower it with EthosUNGPartitioner."""
     ep = torch.export.export(quantized, tuple(example_inputs))
-    partitioner = EthosUNGPartitioner(spec, cpu_ops=cpu_ops)
+    partitioner = EthosUNGPartitioner(spec, cpu_ops=cpu_ops, disabled_passes=disabled_passes)
     edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
     return edge, partitioner

@@ -35,7 +35,7 @@ from ethosu_ng.partitioning.culprit_search import CulpritSearch
 from ethosu_ng.partitioning.delegate_io import QPARAMS_META, integer_tensor_qparams
 from ethosu_ng.partitioning.partition_program import RealTensors, carve, fingerprint
 from ethosu_ng.partitioning.target_limits import TargetLimits
-from ethosu_ng.passes import PRE_PARTITION_PASSES
+from ethosu_ng.passes import pass_pipeline
 from ethosu_ng.passes.qdq_nodes import rename_outputs
 from ethosu_ng.vela.compiler import VelaError
 
@@ -104,15 +104,23 @@ class EthosUNGPartitioner(Partitioner):
     Args:
         compile_spec: an ``EthosUNGCompileSpec``.
         cpu_ops: edge/ATen op overloads or their names (``"aten.bmm.default"``) to keep on CPU.
+        disabled_passes: pass classes of ``ethosu_ng.passes`` not to run (to show what a pass
+            guards; every guarantee of a disabled pass is void).
     """
 
-    def __init__(self, compile_spec: EthosUNGCompileSpec, cpu_ops: Iterable = ()):
+    def __init__(
+        self,
+        compile_spec: EthosUNGCompileSpec,
+        cpu_ops: Iterable = (),
+        disabled_passes: Iterable[type] = (),
+    ):
         if not isinstance(compile_spec, EthosUNGCompileSpec):
             raise TypeError(
                 f"compile_spec must be an EthosUNGCompileSpec, got {type(compile_spec).__name__}"
             )
         self.compile_spec = compile_spec
         self.cpu_ops = resolve_op_names(cpu_ops)
+        self.passes = pass_pipeline(disabled_passes)
         self.delegation_spec = DelegationSpec(BACKEND_ID, compile_spec.to_compile_specs())
         self.report: Optional[PartitionReport] = None
         self._real_tensors: Optional[RealTensors] = None
@@ -124,7 +132,7 @@ class EthosUNGPartitioner(Partitioner):
         for n in program.graph_module.graph.nodes:
             if n.op == "call_function" and op_name(n.target) in self.cpu_ops:
                 n.meta.setdefault("custom", {})[_PINNED_META] = op_name(n.target)
-        for make_pass in PRE_PARTITION_PASSES:
+        for make_pass in self.passes:
             program = make_pass()(program)
         # Passes re-type or replace output nodes; the signature names them by position.
         rename_outputs(program, names_before, program.graph_module.graph.output_node().args[0])

@@ -21,6 +21,7 @@ from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 from torch.fx import Node
 
 from ethosu_ng.ops import is_quantize
+from ethosu_ng.passes.integer_program_io import IntegerProgramIOPass
 
 
 def _constant_values(program: ExportedProgram) -> Dict[str, torch.Tensor]:
@@ -45,6 +46,9 @@ def _deterministic(target) -> bool:
 
 
 class FoldQuantizedConstantsPass:
+    # Folds with the final qparams.
+    runs_after = (IntegerProgramIOPass,)
+
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph
         consts = _constant_values(program)

@@ -22,6 +22,7 @@ from torch.fx import Node
 
 from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR
 from ethosu_ng.passes.qdq_nodes import as_dtype, rename_outputs
+from ethosu_ng.passes.signed_interior import SignedInteriorPass
 
 IO_META_KEY = "ethosu_ng_program_io"
 
@@ -55,6 +56,9 @@ class IntegerProgramIOError(ValueError):
 
 
 class IntegerProgramIOPass:
+    # The IO placeholders are re-typed last among the IO passes, on the final int8 interior.
+    runs_after = (SignedInteriorPass,)
+
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         in_dtype, out_dtype = program_io_request(program)
         if in_dtype is None and out_dtype is None:

@@ -14,9 +14,19 @@ from torch.export import ExportedProgram
 
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.ops import is_dequantize, is_per_tensor_quantize
+from ethosu_ng.passes.requantize_non_fuseable_activation import RequantizeNonFuseableActivationPass
+from ethosu_ng.passes.signed_interior import SignedInteriorPass
+from ethosu_ng.passes.unify_concat_qparams import UnifyConcatQParamsPass
 
 
 class MarkQuantizedIslandsPass:
+    # The DQ -> op -> Q islands those passes create are marked.
+    runs_after = (
+        SignedInteriorPass,
+        RequantizeNonFuseableActivationPass,
+        UnifyConcatQParamsPass,
+    )
+
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         self.marked = 0
         for n in program.graph_module.graph.nodes:

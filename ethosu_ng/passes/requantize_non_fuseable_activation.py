@@ -24,6 +24,8 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR
+from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
+from ethosu_ng.passes.integer_program_io import IntegerProgramIOPass
 from ethosu_ng.passes.qdq_nodes import insert_qdq
 
 aten = torch.ops.aten
@@ -47,6 +49,12 @@ def _activation_quantize(act: Node):
 
 
 class RequantizeNonFuseableActivationPass:
+    # Reads final output qparams.
+    runs_after = (
+        IntegerProgramIOPass,
+        FoldQuantizedConstantsPass,
+    )
+
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph
         self.rewritten = 0

@@ -23,6 +23,7 @@ from torch.fx import Node
 
 from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR
 from ethosu_ng.passes.qdq_nodes import insert_qdq
+from ethosu_ng.passes.quantize_state_buffers import QuantizeStateBuffersPass
 
 
 def _u8(node: Node) -> bool:
@@ -41,6 +42,9 @@ def _signed(node: Node):
 
 
 class SignedInteriorPass:
+    # State buffers are already int8 clusters when the uint8 edges are re-typed.
+    runs_after = (QuantizeStateBuffersPass,)
+
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph
         self.rewritten = 0

@@ -37,6 +37,8 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from ethosu_ng.passes.lower_roll import LowerRollPass
+
 aten = torch.ops.aten
 _SLICE, _SELECT = aten.slice.Tensor, aten.select.int
 # Multi-output slicing: (op, position of its dim argument); outputs are read through getitem.
@@ -73,6 +75,9 @@ def _plan(x: Node, dim) -> Optional[Tuple[List[int], int, int, int]]:
 
 class SliceOnMergedAxisPass:
     """See module docstring. ``__call__`` mutates the program in place and returns it."""
+
+    # The slices roll lowers to are rewritten too.
+    runs_after = (LowerRollPass,)
 
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph

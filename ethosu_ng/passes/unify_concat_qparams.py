@@ -18,13 +18,23 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR
+from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
+from ethosu_ng.passes.lower_roll import LowerRollPass
 from ethosu_ng.passes.qdq_nodes import insert_qdq, qparams
+from ethosu_ng.passes.signed_interior import SignedInteriorPass
 
 aten = torch.ops.aten
 _CONCAT = (aten.cat.default, aten.concat.default, aten.stack.default)
 
 
 class UnifyConcatQParamsPass:
+    # Roll's cats exist, constant cats are folded exactly rather than requantized.
+    runs_after = (
+        LowerRollPass,
+        SignedInteriorPass,
+        FoldQuantizedConstantsPass,
+    )
+
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph
         self.rewritten = 0
