@@ -149,9 +149,9 @@ def markdown(rows) -> str:
         "evaluated in float64 (`ethosu_ng.numerics.op_numerics.check_ops`) the TOSA graphs are "
         "within 1 LSB (mobilevit_s: 0 LSB on 60 of 61 delegates; tests/zoo/).",
         "",
-        "mobilevit_s and swin_tiny for ethos-u55-128 were re-measured in session 3, after "
-        "`passes/slice_on_merged_axis.py`: one partition, no CPU compute (upstream's Vela "
-        "compile crashes on both for U55; docs/benchmarks.md).",
+        "mobilevit_s and swin_tiny for ethos-u55-128 are one partition with no CPU compute "
+        "because of `passes/slice_on_merged_axis.py` (upstream's Vela compile crashes on both "
+        "for U55; docs/benchmarks.md).",
     ]
     return "\n".join(out)
 

@@ -115,11 +115,6 @@ class EthosUNGCompileSpec:
         # U65 runs the U55 operator subset.
         return self.family in ("ethos-u55", "ethos-u65")
 
-    @property
-    def tosa_spec_string(self) -> str:
-        # Ethos-U is integer only; U55/U65 add the U55 operator subset, U85 control flow.
-        return "TOSA-1.0+INT+int16+int4" + ("+u55" if self.is_u55_subset else "+cf")
-
     def vela_flags(self) -> List[str]:
         return [
             f"--accelerator-config={self.target}",

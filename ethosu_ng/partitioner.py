@@ -155,7 +155,7 @@ class EthosUNGPartitioner(Partitioner):
 
         # A filter makes executorch decompose the whole program three times (EDGE_DO_NOT_DECOMP)
         # instead of once or twice: on mobilenet_v3_small 6.3 vs 4.1 CPU s of about 10 s of edge
-        # generation (session 3, docs/benchmarks.md). When every node of a kept op passes it, the
+        # generation (docs/benchmarks.md). When every node of a kept op passes it, the
         # answer is known: keep exactly the ops present and return no filter. A node that passes
         # here passes after decomposition too (its DQ inputs, Q users and dtype do not change).
         # Only the top-level graph is checked, so a program with control flow keeps the filter.
