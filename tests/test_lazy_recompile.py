@@ -1,0 +1,77 @@
+"""deferred_recompile: GraphModule code is generated lazily inside, eagerly outside, and the
+process-wide patch survives nesting and threads."""
+
+import threading
+
+import torch
+from torch.fx import GraphModule, symbolic_trace
+
+from ethosu_ng.adapters import lazy_recompile
+from ethosu_ng.adapters.lazy_recompile import deferred_recompile
+
+
+class _AddOne(torch.nn.Module):
+    def forward(self, x):
+        return x + 1
+
+
+def _retarget_to_mul(gm: GraphModule) -> None:
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            n.target = torch.mul
+    gm.recompile()
+
+
+def test_code_is_generated_when_run_or_read_and_on_exit():
+    x = torch.tensor([3.0])
+    a, b, c = (symbolic_trace(_AddOne()) for _ in range(3))
+    with deferred_recompile():
+        for gm in (a, b, c):
+            _retarget_to_mul(gm)
+        assert "mul" in a.code  # reading flushes
+        assert torch.equal(b(x), torch.tensor([3.0]))  # running flushes: x * 1
+    assert "mul" in c.code  # left marked inside: flushed on exit
+    assert GraphModule.recompile is lazy_recompile._real_recompile
+
+
+def test_nested_contexts_restore_only_at_the_outermost_exit():
+    gm = symbolic_trace(_AddOne())
+    with deferred_recompile():
+        with deferred_recompile():
+            assert lazy_recompile.is_active()
+        assert lazy_recompile.is_active()  # the inner exit must not restore torch's methods
+        _retarget_to_mul(gm)
+    assert not lazy_recompile.is_active()
+    assert "mul" in gm.code
+
+
+def test_concurrent_contexts_share_one_patch():
+    """Two threads entering and leaving in an interleaved order: torch's methods come back only
+    when both have left, and every module is correct afterwards."""
+    entered, release = threading.Barrier(2), threading.Event()
+    modules, errors = [], []
+
+    def worker(wait: bool):
+        try:
+            gm = symbolic_trace(_AddOne())
+            with deferred_recompile():
+                entered.wait(10)
+                _retarget_to_mul(gm)
+                if wait:
+                    release.wait(10)
+            modules.append(gm)
+        except Exception as e:  # noqa: BLE001 - reported by the assert below
+            errors.append(e)
+
+    slow = threading.Thread(target=worker, args=(True,))
+    fast = threading.Thread(target=worker, args=(False,))
+    slow.start()
+    fast.start()
+    fast.join(10)
+    assert lazy_recompile.is_active()  # the slow thread is still inside
+    release.set()
+    slow.join(10)
+    assert not errors, errors
+    assert not lazy_recompile.is_active()
+    assert GraphModule.recompile is lazy_recompile._real_recompile
+    assert all("mul" in gm.code for gm in modules) and len(modules) == 2
