@@ -2,7 +2,8 @@
 
 The stages live in ``partition_compiler``. Usually the partitioner has compiled every partition
 already (it must, to fall back to the CPU when Vela fails), and ``preprocess`` only takes the
-result by fingerprint; otherwise (a program tagged by someone else, or a fingerprint miss) it
+result from that partitioner's cache (``compiled_cache``), keyed by compile spec and fingerprint;
+otherwise (a program tagged by someone else, or a fingerprint miss) it
 compiles here, all partitions of a program together so Vela runs in parallel workers.
 """
 
@@ -16,12 +17,8 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torch.export import ExportedProgram
 
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
-from ethosu_ng.compiler.pipeline import (
-    COMPILED,
-    CompiledPartition,
-    compile_partitions,
-    partition_name,
-)
+from ethosu_ng.compiler.compiled_cache import attached
+from ethosu_ng.compiler.pipeline import CompiledPartition, compile_partitions, partition_name
 from ethosu_ng.partitioning.partition_program import fingerprint
 
 logger = logging.getLogger(__name__)
@@ -37,7 +34,8 @@ def _compile_all(
     out: List[PreprocessResult] = [None] * len(programs)  # type: ignore[list-item]
     todo = []
     for k, program in enumerate(programs):
-        hit = COMPILED.take(fingerprint(program))
+        cache = attached(program)
+        hit = cache.take(cache.key(spec, fingerprint(program))) if cache is not None else None
         if hit is not None:
             out[k] = _result(hit)
         else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
@@ -28,7 +29,8 @@ from torch.fx.passes.operator_support import OperatorSupportBase, chain
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.adapters import exir
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
-from ethosu_ng.compiler.pipeline import COMPILED, compile_partitions
+from ethosu_ng.compiler.compiled_cache import CompiledCache, attach
+from ethosu_ng.compiler.pipeline import compile_partitions
 from ethosu_ng.ops import NO_COMPUTE_OPS, is_compute, op_name, resolve_op_names
 from ethosu_ng.partitioning.boundary import BoundaryContract, PartitionIO, node_order, partition_io
 from ethosu_ng.partitioning.culprit_search import CulpritSearch
@@ -124,6 +126,8 @@ class EthosUNGPartitioner(Partitioner):
         self.delegation_spec = DelegationSpec(BACKEND_ID, compile_spec.to_compile_specs())
         self.report: Optional[PartitionReport] = None
         self._real_tensors: Optional[RealTensors] = None
+        # Blobs compiled by ``partition``, waiting for ``preprocess`` (reached through node meta).
+        self.compiled = CompiledCache()
 
     # -- stage 1 ------------------------------------------------------------------------------
     def transform_for_pre_decomposition(self, program: ExportedProgram) -> ExportedProgram:
@@ -251,6 +255,8 @@ class EthosUNGPartitioner(Partitioner):
                 n.meta["delegation_tag"] = tag
             report.partitions[tag] = [n.name for n in graph.nodes if n in part]
         tag_constant_data(program)
+        trial.keep_only_final()
+        attach(program, self.compiled)
         report.io = contract.verify_tags()
         # Record boundary qparams while the whole graph is visible (the producing quantize of a
         # delegate input/output may sit on the CPU, outside the partition preprocess sees).
@@ -319,8 +325,8 @@ def _is_compute(node: Node) -> bool:
 
 class _TrialCompiler:
     """Compiles candidate partitions of one program (real constants, carved as ``to_backend``
-    will carve them). Final partitions that compile wait in ``partition_compiler.COMPILED`` for
-    ``preprocess``; outcomes are remembered by fingerprint so nothing compiles twice."""
+    will carve them). Final partitions that compile wait in the partitioner's ``compiled`` cache
+    for ``preprocess``; outcomes are remembered by fingerprint so nothing compiles twice."""
 
     def __init__(
         self,
@@ -329,6 +335,9 @@ class _TrialCompiler:
         contract: BoundaryContract,
     ):
         self.spec = partitioner.compile_spec
+        self.cache = partitioner.compiled
+        self.put: Set = set()  # cache keys this partition() stored
+        self.final: Set = set()  # cache keys of the last compile_final round
         self.contract = contract
         self.program = program
         real = partitioner._real_tensors
@@ -362,7 +371,8 @@ class _TrialCompiler:
         for tag, ep in carved.items():
             key = keys[tag]
             known = key is not None and key in self.outcome
-            if known and not (keep and self.outcome[key] is None and COMPILED.get(key) is None):
+            cached = self.cache.get(self.cache.key(self.spec, key)) is not None
+            if known and not (keep and self.outcome[key] is None and not cached):
                 verdict[tag] = self.outcome[key]
             else:
                 todo.append((tag, ep))
@@ -371,8 +381,20 @@ class _TrialCompiler:
             if keys[tag] is not None:
                 self.outcome[keys[tag]] = verdict[tag]
                 if keep and verdict[tag] is None:
-                    COMPILED.put(keys[tag], res)
+                    ckey = self.cache.key(self.spec, keys[tag])
+                    self.cache.put(ckey, res)
+                    self.put.add(ckey)
+        if keep:
+            # preprocess takes an entry once per partition with that fingerprint.
+            final = Counter(self.cache.key(self.spec, k) for k in keys.values() if k is not None)
+            for ckey, n in final.items():
+                self.cache.set_uses(ckey, n)
+            self.final = set(final)
         return [verdict[tag] for tag in tags]
+
+    def keep_only_final(self) -> None:
+        """Drop what this partition() compiled that is not a final partition."""
+        self.cache.retain(self.put, self.final)
 
     def compile_final(self, parts: List[Set[Node]]) -> List[Tuple[Set[Node], VelaError]]:
         parts = sorted(parts, key=lambda p: min(node_order(n) for n in p))

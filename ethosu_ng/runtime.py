@@ -8,9 +8,10 @@ buffer exactly as on the device, and the callback runs the delegate's embedded T
 (compile with ``EthosUNGCompileSpec(..., embed_tosa=True)``) on the TOSA reference model and
 writes the outputs into scratch, from where the backend copies them out.
 
-After that, ``executorch.runtime.Runtime.get().load_program(pte).load_method("forward")
-.execute(inputs)`` runs the whole program: CPU ops on ExecuTorch's kernels, delegates in our
-C++ code. ``run_pte`` does exactly that.
+After that, ``load_pte(pte).method("forward").execute(inputs)`` runs the whole program: CPU ops
+on ExecuTorch's kernels, delegates in our C++ code (``run_pte`` in one call). It wraps
+``executorch.runtime``, whose ``Method`` does not keep its ``Program`` or the ``.pte`` bytes alive
+while our delegate reads its blob from them in place; ``HostMethod`` does.
 
 Dtypes: the IO table's uint8 (and uint16) tensors are handed to the reference model as numpy
 uint8 (uint16) arrays. TOSA has no unsigned types; the graph's tensor is INT8 (INT16) read by an
@@ -368,6 +369,91 @@ def _dense_in(t, order) -> bool:
     return all(t.shape[d] == 1 or t.stride(d) == expected[d] for d in range(t.dim()))
 
 
+class HostMethod:
+    """One method of a ``HostProgram``; holds the program (and so its bytes) alive.
+
+    ``executorch.runtime``'s ``Method`` keeps no reference to its ``Program``, and the
+    ExecuTorch program reads its ``.pte`` buffer in place for as long as a method runs (our
+    delegate's blob, IO table and TOSA section are read from it, not copied). A ``Method``
+    whose ``Program`` was collected reads freed memory.
+    """
+
+    def __init__(self, owner: HostProgram, name: str, method):
+        self.program = owner
+        self.name = name
+        self._method = method
+        self._input_orders = exir.pte_input_dim_orders(owner.data, name)
+
+    @property
+    def metadata(self):
+        return self._method.metadata
+
+    def execute(self, inputs: Sequence) -> list:
+        """Run with ``inputs`` (torch tensors of any layout, laid out as the program planned:
+        see ``run_pte``); returns the outputs as a list."""
+        inputs = list(inputs)
+        orders = self._input_orders
+        if len(orders) == len(inputs):
+            inputs = [
+                to_dim_order(t, o)
+                if o is not None and hasattr(t, "stride") and t.dim() == len(o)
+                else t
+                for t, o in zip(inputs, orders)
+            ]
+        return list(self._method.execute(inputs))
+
+
+class HostProgram:
+    """A ``.pte`` loaded for the host runtime: its bytes, the ExecuTorch ``Program`` and the
+    methods loaded from it, alive together for as long as any of them is referenced.
+
+    ``Runtime.get().load_program(pte).load_method("forward")`` alone leaves the method
+    pointing into a program (and bytes) nothing keeps alive; see ``load_pte``.
+    """
+
+    def __init__(self, data: bytes):
+        from executorch.runtime import Runtime
+
+        self.data = data
+        self._program = Runtime.get().load_program(data)
+        self._methods: dict = {}
+
+    @property
+    def method_names(self) -> set:
+        return set(self._program.method_names)
+
+    def method(self, name: str = "forward") -> HostMethod:
+        if name not in self._program.method_names:
+            raise ValueError(f"program has no method {name!r}: {sorted(self.method_names)}")
+        if name not in self._methods:
+            loaded = self._program.load_method(name)
+            if loaded is None:
+                raise ValueError(f"program has no method {name!r}: {sorted(self.method_names)}")
+            self._methods[name] = HostMethod(self, name, loaded)
+        return self._methods[name]
+
+    def run(self, inputs: Sequence, method: str = "forward") -> list:
+        return self.method(method).execute(inputs)
+
+
+def load_pte(pte) -> HostProgram:
+    """Load a .pte (bytes, bytearray, memoryview or path) for the host runtime.
+
+    Use this rather than ``executorch.runtime`` directly: the returned object and every
+    ``HostMethod`` taken from it keep the program's bytes and the ExecuTorch program alive, so
+    ``load_pte(pte).method("forward").execute(x)`` is safe as a one-liner and a method may
+    outlive every other reference (docs/reliability.md, lifetime row).
+    """
+    if isinstance(pte, (str, os.PathLike)):
+        data = Path(pte).read_bytes()
+    elif isinstance(pte, (bytes, bytearray, memoryview)):
+        data = bytes(pte)  # a private, immutable copy: the caller may reuse its buffer
+    else:
+        raise TypeError(f"pte must be bytes or a path to a .pte file, got {type(pte).__name__}")
+    load_host_runtime()
+    return HostProgram(data)
+
+
 def run_pte(pte, inputs: Sequence, method: str = "forward") -> list:
     """Load a .pte (bytes or path) and run ``method`` with the C++ delegate runtime.
 
@@ -380,23 +466,4 @@ def run_pte(pte, inputs: Sequence, method: str = "forward") -> list:
     or kernel error surfaces as the RuntimeError ``executorch.runtime`` raises; the C++ side
     logs the reason (input/output index, expected and got) on stderr.
     """
-    load_host_runtime()
-    from executorch.runtime import Runtime
-
-    if isinstance(pte, (str, os.PathLike)):
-        pte = Path(pte).read_bytes()
-    data = bytes(pte)
-    inputs = list(inputs)
-    orders = exir.pte_input_dim_orders(data, method)
-    if len(orders) == len(inputs):
-        inputs = [
-            to_dim_order(t, o)
-            if o is not None and hasattr(t, "stride") and t.dim() == len(o)
-            else t
-            for t, o in zip(inputs, orders)
-        ]
-    program = Runtime.get().load_program(data)
-    loaded = program.load_method(method)
-    if loaded is None:
-        raise ValueError(f"program has no method {method!r}: {sorted(program.method_names)}")
-    return list(loaded.execute(inputs))
+    return load_pte(pte).method(method).execute(inputs)

@@ -9,9 +9,8 @@ Many partitions: TOSA lowering runs in this process, one partition after the oth
 lowering is not thread-safe); up to ``spec.vela_workers`` Vela child processes run meanwhile, so
 Vela for partition k overlaps the lowering of partition k+1.
 
-Compiled partitions are kept by fingerprint (``partition_program.fingerprint``) until
-``preprocess`` takes them: the partitioner compiles before it answers (to fall back to the CPU on
-a Vela failure), and the backend must not pay a second time.
+The partitioner compiles before it answers (to fall back to the CPU on a Vela failure); its
+results wait for ``preprocess`` in the partitioner's own ``compiled_cache.CompiledCache``.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Set, Tuple, Union
@@ -167,27 +165,3 @@ def compile_partitions(
         workers,
     )
     return results
-
-
-class CompiledCache:
-    """Fingerprint -> compiled partition, waiting for ``preprocess``. Bounded: an entry nobody
-    takes (the partition was dropped, or lowering stopped) is evicted oldest first."""
-
-    def __init__(self, capacity: int = 512):
-        self.capacity = capacity
-        self._entries: OrderedDict[str, CompiledPartition] = OrderedDict()
-
-    def put(self, key: str, compiled: CompiledPartition) -> None:
-        self._entries[key] = compiled
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
-
-    def get(self, key: Optional[str]) -> Optional[CompiledPartition]:
-        return self._entries.get(key) if key is not None else None
-
-    def take(self, key: Optional[str]) -> Optional[CompiledPartition]:
-        return self._entries.pop(key, None) if key is not None else None
-
-
-COMPILED = CompiledCache()
