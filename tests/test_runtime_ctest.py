@@ -43,7 +43,8 @@ def _run(cmd, **kw):
     return proc.stdout
 
 
-def test_ctest_with_sanitizers():
+def configure_sanitize_build():
+    """(cmake, build dir) of the ASan + UBSan build of the C++ tests, configured."""
     cmake = _cmake_or_skip()
     build = Path(os.environ.get("ETHOSU_NG_SANITIZE_BUILD_DIR", REPO / "build" / "sanitize"))
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
@@ -61,13 +62,21 @@ def test_ctest_with_sanitizers():
             f"-DETHOSU_NG_PYTHON={sys.executable}",
         ]
     )
+    return cmake, build
+
+
+# Leak checks on; a sanitizer report ends the process with an error.
+SANITIZER_ENV = dict(
+    ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
+)
+
+
+def test_ctest_with_sanitizers():
+    cmake, build = configure_sanitize_build()
     _run([cmake, "--build", build, "--parallel", str(os.cpu_count() or 2)])
     ctest = Path(cmake).with_name("ctest")
-    env = dict(
-        os.environ,
-        ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
-        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
-    )
+    env = dict(os.environ, **SANITIZER_ENV)
     out = _run(
         [str(ctest) if ctest.exists() else "ctest", "--test-dir", build, "--output-on-failure"],
         env=env,

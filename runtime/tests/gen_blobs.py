@@ -106,8 +106,7 @@ def describe(blob: DelegateBlob) -> str:
         zp = 0 if s.zero_point is None else s.zero_point
         out.append(
             f"io={DTYPE_CODES[s.dtype]} {rank} {s.elem_size} {s.region} {s.offset} "
-            f"{s.byte_size} {zp} {_scale_bits(s.scale):08x} "
-            + " ".join(map(str, shape + order))
+            f"{s.byte_size} {zp} {_scale_bits(s.scale):08x} " + " ".join(map(str, shape + order))
         )
     return " ".join(out)
 
@@ -212,10 +211,20 @@ def invalid_vectors(goods: Dict[str, DelegateBlob]) -> List[Tuple[str, str, byte
         ("dim_order", "out_of_rank", c.patch((i0 + 47, "B", 4)), 0),
         ("zero_dim", "first", c.patch((i0 + 20, "I", 0), (i0 + 8, "I", 0)), 0),
         # A product past 2^32 before the zero: the zero still decides, in both readers.
-        ("zero_dim", "after_huge", c.patch((i0 + 20, "4I", 65536, 65536, 0, 1), (i0 + 8, "I", 0)), 0),
+        (
+            "zero_dim",
+            "after_huge",
+            c.patch((i0 + 20, "4I", 65536, 65536, 0, 1), (i0 + 8, "I", 0)),
+            0,
+        ),
         ("byte_size", "1", c.patch((i0 + 8, "I", 1)), 0),
         # numel * elem_size = 2^32 wraps to 0 in 32 bits: must not pass as 0 bytes.
-        ("byte_size", "wraps_32", c.patch((i0 + 20, "4I", 65536, 65536, 1, 1), (i0 + 8, "I", 0)), 0),
+        (
+            "byte_size",
+            "wraps_32",
+            c.patch((i0 + 20, "4I", 65536, 65536, 1, 1), (i0 + 8, "I", 0)),
+            0,
+        ),
         ("region", "2", c.patch((i0 + 3, "B", 2)), 0),
         ("region", "0", c.patch((i0 + 3, "B", 0)), 0),
         ("scratch_range", "one_past", c.patch((i0 + 4, "I", c.scratch - 191)), 0),
@@ -269,7 +278,7 @@ def constants() -> List[str]:
 
 
 def python_verdict(raw: bytes) -> str:
-    """"ok DESCRIPTION" or "bad RULE" from the Python reader."""
+    """The Python reader's verdict: "ok DESCRIPTION" or "bad RULE"."""
     try:
         return "ok " + describe(DelegateBlob.from_bytes(raw))
     except BlobFormatError as e:
