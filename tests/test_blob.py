@@ -1,14 +1,152 @@
-"""DelegateBlob v1: round trip, and every malformed blob is a ValueError that says what is wrong."""
+"""DelegateBlob v1 against docs/blob-format.md: the doc's tables are the layout blob.py packs,
+every rule of the doc's validation table has a test vector, and the Python reader gives every
+vector the verdict (valid with these fields / which rule) the manifest says.
 
+The vectors are runtime/tests/gen_blobs.py's, the same the C++ reader is checked against
+(runtime/tests/test_blob.cpp, via ctest)."""
+
+import re
 import struct
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from ethosu_ng.blob import ALIGN, HEADER, IO_ENTRY, SECTION_ENTRY, DelegateBlob
+from ethosu_ng.blob import (
+    HEADER,
+    IO_ENTRY,
+    REGION_FAST_SCRATCH,
+    SECTION_ENTRY,
+    BlobFormatError,
+    DelegateBlob,
+)
 from ethosu_ng.tensor_spec import TensorSpec
 
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "blob-format.md"
+sys.path.insert(0, str(REPO / "runtime" / "tests"))
+import gen_blobs  # noqa: E402
 
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory):
+    """[(kind, file bytes, fields...)] for each ok/bad line of the generated manifest."""
+    out = tmp_path_factory.mktemp("blob_vectors")
+    gen_blobs.main(str(out))
+    rows = []
+    for line in (out / "manifest.txt").read_text().splitlines():
+        kind, *rest = line.split(" ", 3)
+        if kind in ("ok", "bad"):
+            name, misalign, tail = rest
+            rows.append((kind, name, (out / name).read_bytes(), int(misalign), tail))
+    return rows
+
+
+# ------------------------------------------------------------------ the doc's rules
+def test_doc_rule_table_parses():
+    rules = gen_blobs.doc_rules(str(DOC))
+    assert list(rules)[:3] == ["base_align", "truncated", "magic"]
+    assert len(rules) >= 30
+    errors = {error for error, _ in rules.values()}
+    assert errors == {"InvalidArgument", "InvalidProgram", "DelegateInvalidCompatibility"}
+
+
+def test_a_doc_row_out_of_form_is_an_error(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("## Validation rules\n\n| `new_rule` | something | InvalidProgram | both |\n")
+    with pytest.raises(ValueError, match="new_rule"):
+        gen_blobs.doc_rules(str(doc))
+
+
+def test_every_doc_rule_has_a_vector(manifest):
+    rules = gen_blobs.doc_rules(str(DOC))
+    covered = {tail.split(" ")[0] for kind, _, _, _, tail in manifest if kind == "bad"}
+    assert sorted(set(rules) - covered) == [], "rules of the doc without a test vector"
+    assert sorted(covered - set(rules)) == [], "vectors for rules the doc does not list"
+
+
+def test_generator_refuses_a_rule_without_a_vector(tmp_path):
+    doc = tmp_path / "doc.md"
+    text = DOC.read_text(encoding="utf-8")
+    row = "| `new_rule` | a rule added to the doc | `InvalidProgram` | both |\n"
+    doc.write_text(text.rstrip("\n") + "\n" + row, encoding="utf-8")
+    with pytest.raises(AssertionError, match="new_rule"):
+        gen_blobs.main(str(tmp_path / "out"), doc=str(doc))
+
+
+def test_readers_report_only_doc_rules():
+    """Each reader can report exactly the doc's rules (Python: those it can check)."""
+    rules = gen_blobs.doc_rules(str(DOC))
+    py_src = (REPO / "ethosu_ng" / "blob.py").read_text(encoding="utf-8")
+    py = set(re.findall(r'(?:_fail|_check_range)\(\s*"([a-z_]+)"', py_src))
+    assert py == {r for r, (_, readers) in rules.items() if readers == "both"}
+    cpp_src = (REPO / "runtime" / "ethosu_ng" / "blob.cpp").read_text(encoding="utf-8")
+    rule_ids = cpp_src.split("const char* blob_rule_id(", 1)[1].split("\n}\n", 1)[0]
+    cpp = set(re.findall(r'return "([a-z_]+)";', rule_ids))
+    assert cpp - {"ok", "null_buffer", "unknown"} == set(rules)
+
+
+# ------------------------------------------------------------------ the vectors
+def test_valid_vectors_decode_to_the_manifest_fields(manifest):
+    oks = [(name, raw, tail) for kind, name, raw, _, tail in manifest if kind == "ok"]
+    assert len(oks) >= 3
+    for name, raw, want in oks:
+        assert gen_blobs.describe(DelegateBlob.from_bytes(raw)) == want, name
+
+
+def test_invalid_vectors_break_the_manifest_rule(manifest):
+    bads = [(name, raw, tail.split(" ")) for kind, name, raw, _, tail in manifest if kind == "bad"]
+    assert len(bads) >= 35
+    for name, raw, (rule, _error, readers) in bads:
+        if readers == "cpp":  # the base address: the bytes themselves are valid
+            DelegateBlob.from_bytes(raw)
+            continue
+        with pytest.raises(BlobFormatError) as e:
+            DelegateBlob.from_bytes(raw)
+        assert e.value.rule == rule, f"{name}: {e.value}"
+        assert isinstance(e.value, ValueError) and str(e.value)
+
+
+# ------------------------------------------------------------------ layout
+_TYPES = {"char": "s", "u8": "B", "u16": "H", "u32": "I", "i32": "i", "f32": "f"}
+
+
+def _doc_layout(title: str):
+    """[(offset, size)] of the fields in the doc's table under `title`."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split(f"\n## {title}", 1)[1].split("\n## ", 1)[0]
+    fields = []
+    for line in section.splitlines():
+        m = re.match(r"^\| (\d+) \| (\w+)(?:\[(\d+)\])? \|", line)
+        if m:
+            count = int(m.group(3) or 1)
+            fields.append((int(m.group(1)), struct.calcsize("<" + _TYPES[m.group(2)]) * count))
+    return fields
+
+
+def _struct_layout(s: struct.Struct):
+    """[(offset, size)] of a struct's fields; a repeat count ("6I", "24s") is one field."""
+    fields, off = [], 0
+    for count, code in re.findall(r"(\d*)([a-zA-Z])", s.format):
+        size = struct.calcsize("<" + (count or "") + code)
+        if code != "x":
+            fields.append((off, size))
+        off += size
+    return fields
+
+
+@pytest.mark.parametrize(
+    "title, layout",
+    [("Header", HEADER), ("IO table entry", IO_ENTRY), ("Section table entry", SECTION_ENTRY)],
+)
+def test_doc_tables_are_the_layout_blob_py_packs(title, layout):
+    doc = _doc_layout(title)
+    assert doc == _struct_layout(layout)
+    assert doc[-1][0] + doc[-1][1] == layout.size
+
+
+# ------------------------------------------------------------------ writer
 def sample(tosa=b"TOSA" * 5):
     return DelegateBlob(
         inputs=[
@@ -24,69 +162,41 @@ def sample(tosa=b"TOSA" * 5):
     )
 
 
-def test_round_trip_keeps_every_field():
-    b = sample()
-    raw = b.to_bytes()
-    assert len(raw) % ALIGN == 0
-    back = DelegateBlob.from_bytes(raw)
-    assert back.inputs[0].dtype == torch.uint8 and back.inputs[0].dim_order == (0, 2, 3, 1)
-    assert back.inputs[1].scale is None and back.inputs[1].dtype == torch.int16
+@pytest.mark.parametrize("tosa", [b"TOSA" * 5, None])
+def test_round_trip_keeps_every_field(tosa):
+    b = sample(tosa)
+    back = DelegateBlob.from_bytes(b.to_bytes())
+    assert gen_blobs.describe(back) == gen_blobs.describe(b)
+    assert back.inputs[1].scale is None and back.inputs[1].zero_point is None
     assert back.outputs[0].zero_point == -3
-    assert back.outputs[0].scale == pytest.approx(0.05)
-    assert back.command_stream == b.command_stream and back.weights == b.weights
-    assert back.tosa == b.tosa and back.scratch_size == 1024
+    assert back.command_stream == b.command_stream and back.tosa == b.tosa
 
 
-def test_without_tosa_section():
-    back = DelegateBlob.from_bytes(sample(tosa=None).to_bytes())
-    assert back.tosa is None
-
-
-def _patch(raw, off, fmt, value):
-    raw = bytearray(raw)
-    struct.pack_into(fmt, raw, off, value)
-    return bytes(raw)
-
-
-def _sections(raw):
-    n, off = struct.unpack_from("<H", raw, 22)[0], struct.unpack_from("<I", raw, 24)[0]
-    return [
-        (
-            off + k * SECTION_ENTRY.size,
-            *SECTION_ENTRY.unpack_from(raw, off + k * SECTION_ENTRY.size),
-        )
-        for k in range(n)
-    ]
+def _with_input(spec: TensorSpec) -> DelegateBlob:
+    b = sample()
+    b.inputs = [spec] + b.inputs[1:]
+    return b
 
 
 @pytest.mark.parametrize(
-    "mutate, message",
+    "spec, rule",
     [
-        (lambda r: r[:40], "truncated"),
-        (lambda r: r[:-16], "size field"),
-        (lambda r: b"XXXX" + r[4:], "magic"),
-        (lambda r: _patch(r, 4, "<H", 2), "version"),
-        (lambda r: _patch(r, 16, "<I", 72), "aligned"),
-        (lambda r: _patch(r, 24, "<I", 1 << 20), "outside"),
-        (lambda r: _patch(r, _sections(r)[0][0] + 4, "<I", len(r) - 16), "outside"),
-        (lambda r: _patch(r, _sections(r)[1][0] + 4, "<I", 8), "aligned"),
-        (lambda r: _patch(r, _sections(r)[0][0], "<I", 9), "unknown kind"),
-        (lambda r: _patch(r, 64, "<B", 77), "dtype code"),
-        (lambda r: _patch(r, 64 + 1, "<B", 9), "rank"),
-        (lambda r: _patch(r, 64 + 2, "<B", 4), "element size"),
-        (lambda r: _patch(r, 64 + 8, "<I", 5), "byte size"),
-        (lambda r: _patch(r, 64 + 4, "<I", 1000), "outside scratch"),
-        (lambda r: _patch(r, 64 + 44, "<B", 3), "permutation"),
-        (lambda r: _patch(r, 36, "<I", 0), "TOSA flag"),
+        (TensorSpec(torch.uint8, (1, 0, 8, 8), (0, 1, 2, 3), 0.5, 0, 1, 0), "zero_dim"),
+        (TensorSpec(torch.uint8, (4,), (0,), 0.5, 0, REGION_FAST_SCRATCH, 0), "region"),
+        (TensorSpec(torch.uint8, (4,), (0,), 0.5, 0, 1, 1022), "scratch_range"),
+        (TensorSpec(torch.uint8, (4,), (0,), float("nan"), 0, 1, 0), "scale"),
+        (TensorSpec(torch.uint8, (4,), (0,), -0.5, 0, 1, 0), "scale"),
+        # Rounds to +0.0 as an f32: the scale would be lost, so it is refused.
+        (TensorSpec(torch.uint8, (4,), (0,), 1e-50, 7, 1, 0), "zero_point"),
     ],
 )
-def test_malformed_blob_is_a_clear_value_error(mutate, message):
-    with pytest.raises(ValueError, match=message):
-        DelegateBlob.from_bytes(mutate(sample().to_bytes()))
+def test_writer_refuses_what_the_readers_reject(spec, rule):
+    with pytest.raises(BlobFormatError) as e:
+        _with_input(spec).to_bytes()
+    assert e.value.rule == rule
 
 
-def test_header_layout_is_what_the_doc_says():
-    raw = sample().to_bytes()
-    assert raw[:4] == b"EUNG" and HEADER.size == 64 and IO_ENTRY.size == 64
-    assert struct.unpack_from("<HH", raw, 12) == (2, 1)
-    assert struct.unpack_from("<I", raw, 28)[0] == 1024
+@pytest.mark.parametrize("scale, zp", [(0.5, None), (None, 3)])
+def test_writer_needs_scale_and_zero_point_together(scale, zp):
+    with pytest.raises(ValueError, match="give both or neither"):
+        _with_input(TensorSpec(torch.uint8, (4,), (0,), scale, zp, 1, 0)).to_bytes()

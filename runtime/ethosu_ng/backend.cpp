@@ -227,23 +227,9 @@ class EthosUNGBackend final : public BackendInterface {
     if (!blob.ok()) {
       return blob.error();
     }
-    // IO is copied into scratch at the entry's offset; the parser proved
-    // region-1 offsets fit, and other regions have no buffer we provide.
+    // IO is copied into scratch at the entry's offset: the parser proved every
+    // entry lives in region 1 (scratch) and fits in scratch_size.
     const Blob& b = blob.get();
-    for (size_t k = 0; k < size_t{b.num_inputs()} + b.num_outputs(); ++k) {
-      const bool is_in = k < b.num_inputs();
-      const IoEntry e = is_in ? b.input(k) : b.output(k - b.num_inputs());
-      if (e.region != kRegionScratch) {
-        ET_LOG(
-            Error,
-            "EthosUNGBackend: %s %zu: lives in Vela region %u; only region "
-            "1 (scratch) IO is supported",
-            is_in ? "input" : "output",
-            is_in ? k : k - b.num_inputs(),
-            e.region);
-        return Error::NotSupported;
-      }
-    }
     MemoryAllocator* alloc = context.get_runtime_allocator();
     if (alloc == nullptr) {
       ET_LOG(Error, "EthosUNGBackend: no runtime allocator");

@@ -1,5 +1,6 @@
 #include <ethosu_ng/blob.h>
 
+#include <cmath>
 #include <cstring>
 
 #include <executorch/runtime/platform/log.h>
@@ -69,7 +70,18 @@ IoEntry decode_entry(const uint8_t* p) {
   return e;
 }
 
-Error check_entry(const IoEntry& e, IoName n, unsigned scratch_size) {
+bool all_zero(const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The IO rules of docs/blob-format.md for the entry at `p`, in the doc's order.
+BlobRule check_entry(const uint8_t* p, IoName n, unsigned scratch_size) {
+  const IoEntry e = decode_entry(p);
   const uint8_t want_elem = dtype_elem_size(e.dtype);
   if (want_elem == 0) {
     ET_LOG(
@@ -78,7 +90,7 @@ Error check_entry(const IoEntry& e, IoName n, unsigned scratch_size) {
         n.kind,
         n.index,
         e.dtype);
-    return Error::InvalidProgram;
+    return BlobRule::kDType;
   }
   if (e.rank > kMaxRank) {
     ET_LOG(
@@ -88,7 +100,7 @@ Error check_entry(const IoEntry& e, IoName n, unsigned scratch_size) {
         n.index,
         e.rank,
         kMaxRank);
-    return Error::InvalidProgram;
+    return BlobRule::kRank;
   }
   if (e.elem_size != want_elem) {
     ET_LOG(
@@ -99,7 +111,7 @@ Error check_entry(const IoEntry& e, IoName n, unsigned scratch_size) {
         e.elem_size,
         dtype_name(e.dtype),
         want_elem);
-    return Error::InvalidProgram;
+    return BlobRule::kElemSize;
   }
   bool seen[kMaxRank] = {};
   for (int i = 0; i < e.rank; ++i) {
@@ -114,12 +126,24 @@ Error check_entry(const IoEntry& e, IoName n, unsigned scratch_size) {
           e.rank,
           i,
           d);
-      return Error::InvalidProgram;
+      return BlobRule::kDimOrder;
     }
     seen[d] = true;
   }
-  // numel * elem_size must equal the u32 byte_size; stop multiplying as soon
-  // as the product passes 2^32 so a hostile shape cannot overflow.
+  for (int i = 0; i < e.rank; ++i) {
+    if (e.shape[i] == 0) {
+      ET_LOG(
+          Error,
+          "ethosu_ng blob: %s %u: shape entry %d is 0 (zero-size tensor)",
+          n.kind,
+          n.index,
+          i);
+      return BlobRule::kZeroDim;
+    }
+  }
+  // numel * elem_size must equal the u32 byte_size. Every dimension is >= 1,
+  // so the product only grows: stop as soon as it passes 2^32, before a
+  // hostile shape can overflow 64 bits.
   uint64_t bytes = e.elem_size;
   bool too_big = false;
   for (int i = 0; i < e.rank && !too_big; ++i) {
@@ -136,10 +160,20 @@ Error check_entry(const IoEntry& e, IoName n, unsigned scratch_size) {
         e.elem_size,
         too_big ? "> " : "",
         static_cast<unsigned long long>(too_big ? 0xFFFFFFFFull : bytes));
-    return Error::InvalidProgram;
+    return BlobRule::kByteSize;
   }
-  if (e.region == kRegionScratch &&
-      !in_range(e.offset, e.byte_size, scratch_size)) {
+  if (e.region != kRegionScratch) {
+    ET_LOG(
+        Error,
+        "ethosu_ng blob: %s %u: region %u; IO must live in region %u "
+        "(scratch)",
+        n.kind,
+        n.index,
+        e.region,
+        kRegionScratch);
+    return BlobRule::kRegion;
+  }
+  if (!in_range(e.offset, e.byte_size, scratch_size)) {
     ET_LOG(
         Error,
         "ethosu_ng blob: %s %u: bytes [%u, %llu) outside scratch of %u bytes",
@@ -148,9 +182,52 @@ Error check_entry(const IoEntry& e, IoName n, unsigned scratch_size) {
         static_cast<unsigned>(e.offset),
         static_cast<unsigned long long>(uint64_t{e.offset} + e.byte_size),
         scratch_size);
-    return Error::InvalidProgram;
+    return BlobRule::kScratchRange;
   }
-  return Error::Ok;
+  // "No scale" is exactly +0.0 (all bits 0); any other value must be a usable
+  // scale. Compare bits, not floats: -0.0 == 0.0 and NaN != NaN.
+  const uint32_t scale_bits = ld32(p + 16);
+  if (scale_bits != 0 && !(std::isfinite(e.scale) && e.scale > 0.0f)) {
+    ET_LOG(
+        Error,
+        "ethosu_ng blob: %s %u: scale (bits 0x%08x) is neither +0.0 nor "
+        "finite and positive",
+        n.kind,
+        n.index,
+        static_cast<unsigned>(scale_bits));
+    return BlobRule::kScale;
+  }
+  if (scale_bits == 0 && e.zero_point != 0) {
+    ET_LOG(
+        Error,
+        "ethosu_ng blob: %s %u: zero point %d without a scale",
+        n.kind,
+        n.index,
+        static_cast<int>(e.zero_point));
+    return BlobRule::kZeroPoint;
+  }
+  for (int i = e.rank; i < kMaxRank; ++i) {
+    if (e.shape[i] != 0 || e.dim_order[i] != 0) {
+      ET_LOG(
+          Error,
+          "ethosu_ng blob: %s %u: shape/dim_order slot %d is past rank %u "
+          "but not 0",
+          n.kind,
+          n.index,
+          i,
+          e.rank);
+      return BlobRule::kIoUnused;
+    }
+  }
+  if (!all_zero(p + 50, kIoEntrySize - 50)) {
+    ET_LOG(
+        Error,
+        "ethosu_ng blob: %s %u: reserved bytes are not zero",
+        n.kind,
+        n.index);
+    return BlobRule::kIoReserved;
+  }
+  return BlobRule::kOk;
 }
 
 } // namespace
@@ -187,11 +264,117 @@ const char* dtype_name(uint8_t code) {
   }
 }
 
-Result<Blob> Blob::parse(const void* data, size_t size) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
+const char* blob_rule_id(BlobRule rule) {
+  switch (rule) {
+    case BlobRule::kOk:
+      return "ok";
+    case BlobRule::kNullBuffer:
+      return "null_buffer";
+    case BlobRule::kBaseAlign:
+      return "base_align";
+    case BlobRule::kTruncated:
+      return "truncated";
+    case BlobRule::kMagic:
+      return "magic";
+    case BlobRule::kVersion:
+      return "version";
+    case BlobRule::kHeaderSizeMismatch:
+      return "header_size";
+    case BlobRule::kIoEntrySizeMismatch:
+      return "io_entry_size";
+    case BlobRule::kTotalSize:
+      return "total_size";
+    case BlobRule::kTotalSizeAlign:
+      return "total_size_align";
+    case BlobRule::kFlags:
+      return "flags";
+    case BlobRule::kHeaderReserved:
+      return "header_reserved";
+    case BlobRule::kIoTableOffsetMismatch:
+      return "io_table_offset";
+    case BlobRule::kIoTableRange:
+      return "io_table_range";
+    case BlobRule::kSectionTableAlign:
+      return "section_table_align";
+    case BlobRule::kSectionTableOrder:
+      return "section_table_order";
+    case BlobRule::kSectionTableRange:
+      return "section_table_range";
+    case BlobRule::kDType:
+      return "dtype";
+    case BlobRule::kRank:
+      return "rank";
+    case BlobRule::kElemSize:
+      return "elem_size";
+    case BlobRule::kDimOrder:
+      return "dim_order";
+    case BlobRule::kZeroDim:
+      return "zero_dim";
+    case BlobRule::kByteSize:
+      return "byte_size";
+    case BlobRule::kRegion:
+      return "region";
+    case BlobRule::kScratchRange:
+      return "scratch_range";
+    case BlobRule::kScale:
+      return "scale";
+    case BlobRule::kZeroPoint:
+      return "zero_point";
+    case BlobRule::kIoUnused:
+      return "io_unused";
+    case BlobRule::kIoReserved:
+      return "io_reserved";
+    case BlobRule::kSectionKind:
+      return "section_kind";
+    case BlobRule::kSectionDuplicate:
+      return "section_duplicate";
+    case BlobRule::kSectionReserved:
+      return "section_reserved";
+    case BlobRule::kSectionAlign:
+      return "section_align";
+    case BlobRule::kSectionRange:
+      return "section_range";
+    case BlobRule::kSectionOrder:
+      return "section_order";
+    case BlobRule::kSectionMissing:
+      return "section_missing";
+    case BlobRule::kTosaFlag:
+      return "tosa_flag";
+  }
+  return "unknown";
+}
+
+Error blob_rule_error(BlobRule rule) {
+  switch (rule) {
+    case BlobRule::kOk:
+      return Error::Ok;
+    case BlobRule::kNullBuffer:
+    case BlobRule::kBaseAlign:
+      return Error::InvalidArgument;
+    case BlobRule::kVersion:
+      return Error::DelegateInvalidCompatibility;
+    default:
+      return Error::InvalidProgram;
+  }
+}
+
+Result<Blob> Blob::parse(const void* data, size_t size, BlobRule* violated) {
+  Blob b;
+  const BlobRule rule = validate(static_cast<const uint8_t*>(data), size, &b);
+  if (violated != nullptr) {
+    *violated = rule;
+  }
+  if (rule != BlobRule::kOk) {
+    return blob_rule_error(rule);
+  }
+  return b;
+}
+
+// The rules of docs/blob-format.md in the doc's order; fills *out on success.
+BlobRule Blob::validate(const uint8_t* p, size_t size, Blob* out) {
   if (p == nullptr) {
     ET_LOG(Error, "ethosu_ng blob: null buffer");
-    return Error::InvalidArgument;
+    return BlobRule::kNullBuffer;
   }
   // In-place use needs an aligned base: every section offset is 16-aligned
   // relative to it, and the NPU reads the command stream/weights directly.
@@ -200,9 +383,9 @@ Result<Blob> Blob::parse(const void* data, size_t size) {
         Error,
         "ethosu_ng blob: base address %p is not %u-byte aligned; load the "
         ".pte at an aligned address (delegate segment alignment >= 16)",
-        data,
+        static_cast<const void*>(p),
         kBlobAlign);
-    return Error::InvalidProgram;
+    return BlobRule::kBaseAlign;
   }
   if (size < kHeaderSize) {
     ET_LOG(
@@ -210,7 +393,7 @@ Result<Blob> Blob::parse(const void* data, size_t size) {
         "ethosu_ng blob: truncated: %zu bytes, header needs %u",
         size,
         kHeaderSize);
-    return Error::InvalidProgram;
+    return BlobRule::kTruncated;
   }
   if (std::memcmp(p, "EUNG", 4) != 0) {
     ET_LOG(
@@ -220,7 +403,7 @@ Result<Blob> Blob::parse(const void* data, size_t size) {
         p[1],
         p[2],
         p[3]);
-    return Error::InvalidProgram;
+    return BlobRule::kMagic;
   }
   const unsigned version = ld16(p + 4);
   if (version != kBlobVersion) {
@@ -229,7 +412,7 @@ Result<Blob> Blob::parse(const void* data, size_t size) {
         "ethosu_ng blob: unsupported version %u, this runtime reads %u",
         version,
         kBlobVersion);
-    return Error::DelegateInvalidCompatibility;
+    return BlobRule::kVersion;
   }
   const unsigned header_size = ld16(p + 6);
   const unsigned total = ld32(p + 8);
@@ -243,15 +426,21 @@ Result<Blob> Blob::parse(const void* data, size_t size) {
   const unsigned fast_scratch = ld32(p + 32);
   const unsigned flags = ld32(p + 36);
 
-  if (header_size != kHeaderSize || io_entry_size != kIoEntrySize) {
+  if (header_size != kHeaderSize) {
     ET_LOG(
         Error,
-        "ethosu_ng blob: header/IO entry size %u/%u, expected %u/%u",
+        "ethosu_ng blob: header size %u, expected %u",
         header_size,
+        kHeaderSize);
+    return BlobRule::kHeaderSizeMismatch;
+  }
+  if (io_entry_size != kIoEntrySize) {
+    ET_LOG(
+        Error,
+        "ethosu_ng blob: IO entry size %u, expected %u",
         io_entry_size,
-        kHeaderSize,
         kIoEntrySize);
-    return Error::InvalidProgram;
+    return BlobRule::kIoEntrySizeMismatch;
   }
   if (total != size) {
     ET_LOG(
@@ -259,55 +448,95 @@ Result<Blob> Blob::parse(const void* data, size_t size) {
         "ethosu_ng blob: total_size field says %u bytes, buffer has %zu",
         total,
         size);
-    return Error::InvalidProgram;
+    return BlobRule::kTotalSize;
   }
-  if (io_off % kBlobAlign != 0 || sec_off % kBlobAlign != 0) {
+  if (total % kBlobAlign != 0) {
     ET_LOG(
         Error,
-        "ethosu_ng blob: table offsets io=%u section=%u not %u-byte aligned",
-        io_off,
-        sec_off,
+        "ethosu_ng blob: total_size %u is not a multiple of %u",
+        total,
         kBlobAlign);
-    return Error::InvalidProgram;
+    return BlobRule::kTotalSizeAlign;
+  }
+  if ((flags & ~kFlagHasTosa) != 0) {
+    ET_LOG(
+        Error,
+        "ethosu_ng blob: unknown flag bits 0x%x",
+        flags & ~kFlagHasTosa);
+    return BlobRule::kFlags;
+  }
+  if (!all_zero(p + 40, kHeaderSize - 40)) {
+    ET_LOG(Error, "ethosu_ng blob: reserved header bytes are not zero");
+    return BlobRule::kHeaderReserved;
+  }
+  if (io_off != kIoTableOffset) {
+    ET_LOG(
+        Error,
+        "ethosu_ng blob: IO table offset %u, expected %u",
+        io_off,
+        kIoTableOffset);
+    return BlobRule::kIoTableOffsetMismatch;
   }
   const uint64_t n_io = uint64_t{n_in} + n_out;
+  const uint64_t io_end = io_off + n_io * kIoEntrySize;
   if (!in_range(io_off, n_io * kIoEntrySize, total)) {
     ET_LOG(
         Error,
-        "ethosu_ng blob: IO table [%u, +%llu) outside the %u-byte blob",
+        "ethosu_ng blob: IO table [%u, %llu) outside the %u-byte blob",
         io_off,
-        static_cast<unsigned long long>(n_io * kIoEntrySize),
+        static_cast<unsigned long long>(io_end),
         total);
-    return Error::InvalidProgram;
+    return BlobRule::kIoTableRange;
   }
-  if (!in_range(sec_off, uint64_t{n_sec} * kSectionEntrySize, total)) {
+  if (sec_off % kBlobAlign != 0) {
     ET_LOG(
         Error,
-        "ethosu_ng blob: section table [%u, +%llu) outside the %u-byte blob",
+        "ethosu_ng blob: section table offset %u is not %u-byte aligned",
         sec_off,
-        static_cast<unsigned long long>(uint64_t{n_sec} * kSectionEntrySize),
+        kBlobAlign);
+    return BlobRule::kSectionTableAlign;
+  }
+  if (sec_off < io_end) {
+    ET_LOG(
+        Error,
+        "ethosu_ng blob: section table at %u overlaps the IO table (ends at "
+        "%llu)",
+        sec_off,
+        static_cast<unsigned long long>(io_end));
+    return BlobRule::kSectionTableOrder;
+  }
+  const uint64_t sec_bytes = uint64_t{n_sec} * kSectionEntrySize;
+  if (!in_range(sec_off, sec_bytes, total)) {
+    ET_LOG(
+        Error,
+        "ethosu_ng blob: section table [%u, %llu) outside the %u-byte blob",
+        sec_off,
+        static_cast<unsigned long long>(sec_off + sec_bytes),
         total);
-    return Error::InvalidProgram;
+    return BlobRule::kSectionTableRange;
   }
 
   for (uint64_t k = 0; k < n_io; ++k) {
-    const IoEntry e = decode_entry(p + io_off + k * kIoEntrySize);
-    const Error err = check_entry(e, io_name(k, n_in), scratch);
-    if (err != Error::Ok) {
-      return err;
+    const BlobRule r =
+        check_entry(p + io_off + k * kIoEntrySize, io_name(k, n_in), scratch);
+    if (r != BlobRule::kOk) {
+      return r;
     }
   }
 
-  Blob b;
-  Section* slots[4] = {nullptr, &b.command_stream_, &b.weights_, &b.tosa_};
+  Section* slots[4] = {
+      nullptr, &out->command_stream_, &out->weights_, &out->tosa_};
+  // Sections follow the section table and each other without overlap.
+  uint64_t cursor = sec_off + sec_bytes;
   for (unsigned k = 0; k < n_sec; ++k) {
     const uint8_t* s = p + sec_off + k * kSectionEntrySize;
     const unsigned kind = ld32(s);
     const unsigned off = ld32(s + 4);
     const unsigned len = ld32(s + 8);
+    const unsigned reserved = ld32(s + 12);
     if (kind < kSectionCommandStream || kind > kSectionTosa) {
       ET_LOG(Error, "ethosu_ng blob: section %u: unknown kind %u", k, kind);
-      return Error::InvalidProgram;
+      return BlobRule::kSectionKind;
     }
     if (slots[kind]->present()) {
       ET_LOG(
@@ -315,7 +544,16 @@ Result<Blob> Blob::parse(const void* data, size_t size) {
           "ethosu_ng blob: section %u: duplicate %s section",
           k,
           section_name(kind));
-      return Error::InvalidProgram;
+      return BlobRule::kSectionDuplicate;
+    }
+    if (reserved != 0) {
+      ET_LOG(
+          Error,
+          "ethosu_ng blob: section %u (%s): reserved word is %u, not 0",
+          k,
+          section_name(kind),
+          reserved);
+      return BlobRule::kSectionReserved;
     }
     if (off % kBlobAlign != 0) {
       ET_LOG(
@@ -325,7 +563,7 @@ Result<Blob> Blob::parse(const void* data, size_t size) {
           section_name(kind),
           off,
           kBlobAlign);
-      return Error::InvalidProgram;
+      return BlobRule::kSectionAlign;
     }
     if (!in_range(off, len, total)) {
       ET_LOG(
@@ -337,35 +575,47 @@ Result<Blob> Blob::parse(const void* data, size_t size) {
           off,
           static_cast<unsigned long long>(uint64_t{off} + len),
           total);
-      return Error::InvalidProgram;
+      return BlobRule::kSectionRange;
     }
+    if (off < cursor) {
+      ET_LOG(
+          Error,
+          "ethosu_ng blob: section %u (%s) at %u overlaps the section table "
+          "or the section before it (which end at %llu)",
+          k,
+          section_name(kind),
+          off,
+          static_cast<unsigned long long>(cursor));
+      return BlobRule::kSectionOrder;
+    }
+    cursor = uint64_t{off} + len;
     slots[kind]->data = p + off;
     slots[kind]->size = len;
   }
-  if (!b.command_stream_.present() || !b.weights_.present()) {
+  if (!out->command_stream_.present() || !out->weights_.present()) {
     ET_LOG(
         Error,
         "ethosu_ng blob: missing %s section",
-        b.command_stream_.present() ? "weights" : "command_stream");
-    return Error::InvalidProgram;
+        out->command_stream_.present() ? "weights" : "command_stream");
+    return BlobRule::kSectionMissing;
   }
-  if (((flags & kFlagHasTosa) != 0) != b.tosa_.present()) {
+  if (((flags & kFlagHasTosa) != 0) != out->tosa_.present()) {
     ET_LOG(
         Error,
         "ethosu_ng blob: TOSA flag (%u) and TOSA section (%s) disagree",
         flags & kFlagHasTosa,
-        b.tosa_.present() ? "present" : "absent");
-    return Error::InvalidProgram;
+        out->tosa_.present() ? "present" : "absent");
+    return BlobRule::kTosaFlag;
   }
 
-  b.base_ = p;
-  b.size_ = size;
-  b.num_inputs_ = n_in;
-  b.num_outputs_ = n_out;
-  b.io_table_offset_ = io_off;
-  b.scratch_size_ = scratch;
-  b.fast_scratch_size_ = fast_scratch;
-  return b;
+  out->base_ = p;
+  out->size_ = size;
+  out->num_inputs_ = static_cast<uint16_t>(n_in);
+  out->num_outputs_ = static_cast<uint16_t>(n_out);
+  out->io_table_offset_ = io_off;
+  out->scratch_size_ = scratch;
+  out->fast_scratch_size_ = fast_scratch;
+  return BlobRule::kOk;
 }
 
 IoEntry Blob::entry(size_t k) const {

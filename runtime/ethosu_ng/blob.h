@@ -21,7 +21,9 @@ namespace ethosu_ng {
 using executorch::runtime::Error;
 using executorch::runtime::Result;
 
-// Dtype codes in the IO table. Keep in sync with ethosu_ng/tensor_spec.py.
+// Dtype codes in the IO table. ethosu_ng/blob.py (DTYPE_CODES) owns them;
+// runtime/tests/test_blob.cpp checks this copy against the values the test
+// vectors carry from blob.py.
 enum class DType : uint8_t {
   kInt8 = 1,
   kUInt8 = 2,
@@ -40,12 +42,63 @@ constexpr unsigned kIoEntrySize = 64;
 constexpr unsigned kSectionEntrySize = 16;
 constexpr unsigned kFlagHasTosa = 1u;
 constexpr uint8_t kRegionScratch = 1;
+constexpr unsigned kIoTableOffset = kHeaderSize;
 
 enum SectionKind : uint32_t {
   kSectionCommandStream = 1,
   kSectionWeights = 2,
   kSectionTosa = 3,
 };
+
+// The validation rules of docs/blob-format.md, in the order Blob::parse checks
+// them (the table there lists the same ids; blob_rule_id() returns them).
+enum class BlobRule : uint8_t {
+  kOk = 0,
+  kNullBuffer, // API misuse, not a format rule
+  kBaseAlign,
+  kTruncated,
+  kMagic,
+  kVersion,
+  kHeaderSizeMismatch, // enumerator names must not shadow the constants
+  kIoEntrySizeMismatch,
+  kTotalSize,
+  kTotalSizeAlign,
+  kFlags,
+  kHeaderReserved,
+  kIoTableOffsetMismatch,
+  kIoTableRange,
+  kSectionTableAlign,
+  kSectionTableOrder,
+  kSectionTableRange,
+  kDType,
+  kRank,
+  kElemSize,
+  kDimOrder,
+  kZeroDim,
+  kByteSize,
+  kRegion,
+  kScratchRange,
+  kScale,
+  kZeroPoint,
+  kIoUnused,
+  kIoReserved,
+  kSectionKind,
+  kSectionDuplicate,
+  kSectionReserved,
+  kSectionAlign,
+  kSectionRange,
+  kSectionOrder,
+  kSectionMissing,
+  kTosaFlag,
+};
+
+// The rule's id in docs/blob-format.md ("ok" for kOk).
+const char* blob_rule_id(BlobRule rule);
+// The Error Blob::parse returns for a broken rule (the doc's table):
+// InvalidArgument for the caller's buffer (null, base address),
+// DelegateInvalidCompatibility for another format version, InvalidProgram for
+// every other defect; Ok for kOk.
+Error blob_rule_error(BlobRule rule);
 
 // Bytes per element for a dtype code, 0 for an unknown code.
 uint8_t dtype_elem_size(uint8_t code);
@@ -85,11 +138,15 @@ class Blob {
  public:
   Blob() = default;
 
-  // Validates `size` bytes at `data` against every rule of blob v1 and returns
-  // a view on success. On failure: an Error (InvalidProgram for a malformed
-  // blob, DelegateInvalidCompatibility for a version or size-field mismatch)
-  // and one ET_LOG(Error) line naming the defect.
-  static Result<Blob> parse(const void* data, size_t size);
+  // Validates `size` bytes at `data` against every rule of blob v1, in the
+  // doc's order, and returns a view on success. On failure:
+  // blob_rule_error() of the first broken rule and one ET_LOG(Error) line
+  // naming the defect; `violated` (if given) receives the rule (kOk on
+  // success).
+  static Result<Blob> parse(
+      const void* data,
+      size_t size,
+      BlobRule* violated = nullptr);
 
   uint16_t num_inputs() const {
     return num_inputs_;
@@ -126,6 +183,7 @@ class Blob {
 
  private:
   IoEntry entry(size_t k) const;
+  static BlobRule validate(const uint8_t* p, size_t size, Blob* out);
 
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;

@@ -1,29 +1,123 @@
-"""Write test blobs with the Python writer (ethosu_ng/blob.py) for the C++ parser test.
+"""The blob test vectors both readers are checked against (docs/blob-format.md, format v1).
 
-Usage: gen_blobs.py OUT_DIR. Writes good_*.blob (the C++ reader must decode exactly the fields
-listed in manifest.txt) and bad_*.blob (byte-level corruptions both readers must reject), so the
-C++ reader is checked against the real producer of the format.
+Usage: gen_blobs.py OUT_DIR. Writes, with the Python writer (ethosu_ng/blob.py), valid blobs and
+invalid blobs (each breaks one rule of the doc's validation table) and OUT_DIR/manifest.txt, one
+line per vector or constant (space-separated):
+
+    const dtype CODE ELEM_SIZE NAME       a dtype code of blob.py (DTYPE_CODES)
+    const section KIND NAME               a section kind of blob.py (SECTION_NAMES)
+    const NAME VALUE                      max_rank, region_scratch, header_size, ...
+    ok FILE MISALIGN DESCRIPTION...       valid; both readers decode exactly DESCRIPTION
+    bad FILE MISALIGN RULE ERROR READERS  invalid: RULE (the doc's id) is the first rule broken;
+                                          the C++ reader returns Error::ERROR; READERS is
+                                          "both" or "cpp" (a rule Python cannot check, such
+                                          as the base address: Python must accept the bytes)
+
+MISALIGN: bytes the C++ test adds to a 16-aligned base before parsing. DESCRIPTION is
+``describe()``: every decoded field, section sizes and FNV-1a hashes. CMake runs this for the
+C++ test (runtime/tests/test_blob.cpp); tests/test_blob.py imports it and runs it for the Python
+reader, so both read one set of vectors. Generating asserts that the Python reader gives every
+verdict written here, and that every rule of the doc has a vector.
 """
 
 import os
+import re
 import struct
 import sys
+from typing import Dict, List, Tuple
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
 
-from ethosu_ng.blob import DTYPE_CODES, HEADER, MAX_RANK, SECTION_ENTRY, DelegateBlob  # noqa: E402  # noqa: E402
+from ethosu_ng.blob import (  # noqa: E402
+    ALIGN,
+    CODE_DTYPES,
+    DTYPE_CODES,
+    FLAG_HAS_TOSA,
+    HEADER,
+    IO_ENTRY,
+    MAX_RANK,
+    REGION_SCRATCH,
+    SECTION_ENTRY,
+    SECTION_NAMES,
+    VERSION,
+    BlobFormatError,
+    DelegateBlob,
+)
 from ethosu_ng.tensor_spec import TensorSpec  # noqa: E402
 
+DOC = os.path.join(REPO, "docs", "blob-format.md")
+# A row of the doc's validation table: | `id` | rule | `Error` | readers |
+_RULE_ROW = re.compile(r"^\| `([a-z_]+)` \| .+ \| `(\w+)` \| (both|C\+\+ only) \|$")
 
-def good_blobs():
+
+def doc_rules(path: str = DOC) -> Dict[str, Tuple[str, str]]:
+    """{rule id: (C++ Error name, "both" | "cpp")} from the validation table of the doc, in order.
+
+    Every table row must parse: a row in another form is an error, not a rule without a vector.
+    """
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"^## Validation rules\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    if m is None:
+        raise ValueError(f"{path}: no '## Validation rules' section")
+    section = m.group(1)
+    rules: Dict[str, Tuple[str, str]] = {}
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        m = _RULE_ROW.match(line)
+        if m is None:
+            raise ValueError(f"{path}: validation rule row not in the | `id` | ... form: {line}")
+        if m.group(1) in rules:
+            raise ValueError(f"{path}: rule {m.group(1)} listed twice")
+        rules[m.group(1)] = (m.group(2), "both" if m.group(3) == "both" else "cpp")
+    if not rules:
+        raise ValueError(f"{path}: no validation rules found")
+    return rules
+
+
+def fnv1a(data: bytes) -> int:
+    h = 0x811C9DC5
+    for b in data:
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+def _scale_bits(scale) -> int:
+    return 0 if scale is None else struct.unpack("<I", struct.pack("<f", scale))[0]
+
+
+def describe(blob: DelegateBlob) -> str:
+    """Every field a reader decodes, as one line; runtime/tests/test_blob.cpp prints the same."""
+    tosa = "-1 0" if blob.tosa is None else f"{len(blob.tosa)} {fnv1a(blob.tosa)}"
+    out = [
+        f"n_in={len(blob.inputs)} n_out={len(blob.outputs)} scratch={blob.scratch_size} "
+        f"fast={blob.fast_scratch_size} cmd={len(blob.command_stream)} "
+        f"{fnv1a(blob.command_stream)} weights={len(blob.weights)} {fnv1a(blob.weights)} "
+        f"tosa={tosa}"
+    ]
+    for s in blob.inputs + blob.outputs:
+        rank = len(s.shape)
+        shape = list(s.shape) + [0] * (MAX_RANK - rank)
+        order = list(s.dim_order) + [0] * (MAX_RANK - rank)
+        zp = 0 if s.zero_point is None else s.zero_point
+        out.append(
+            f"io={DTYPE_CODES[s.dtype]} {rank} {s.elem_size} {s.region} {s.offset} "
+            f"{s.byte_size} {zp} {_scale_bits(s.scale):08x} " + " ".join(map(str, shape + order))
+        )
+    return " ".join(out)
+
+
+def good_blobs() -> Dict[str, DelegateBlob]:
     conv = DelegateBlob(
         inputs=[TensorSpec(torch.int8, (1, 3, 8, 8), (0, 1, 2, 3), 0.01953125, -11, 1, 512)],
         outputs=[TensorSpec(torch.int8, (1, 8, 6, 10), (0, 2, 3, 1), 0.00518798828125, -128, 1, 0)],
         command_stream=bytes(range(256)) * 4 + b"\x01\x02\x03",
         weights=bytes(400),
-        scratch_size=704,
+        scratch_size=704,  # the input ends exactly at the end of scratch
         tosa=b"TOSA" * 91,
     )
     mixed = DelegateBlob(
@@ -47,105 +141,183 @@ def good_blobs():
     return {"conv": conv, "mixed": mixed, "empty": empty}
 
 
-def corrupt(raw: bytes):
-    """(name, bytes) pairs, each violating one rule of docs/blob-format.md."""
-    hdr = list(HEADER.unpack_from(raw, 0))
-    io_off, n_in, n_sec, sec_off = hdr[6], hdr[4], hdr[8], hdr[9]
+class _Raw:
+    """A valid blob's bytes plus its header fields and table offsets, to patch one field."""
 
-    def with_header(**kw):
-        fields = [
-            "magic",
-            "version",
-            "header_size",
-            "total",
-            "n_in",
-            "n_out",
-            "io_off",
-            "io_entry_size",
-            "n_sec",
-            "sec_off",
-            "scratch",
-            "fast",
-            "flags",
-        ]
-        h = list(hdr)
-        for k, v in kw.items():
-            h[fields.index(k)] = v
-        return HEADER.pack(*h) + raw[HEADER.size :]
+    def __init__(self, raw: bytes):
+        self.raw = raw
+        h = HEADER.unpack_from(raw, 0)
+        self.n_in, self.n_out, self.io_off = h[4], h[5], h[6]
+        self.n_sec, self.sec_off, self.scratch, self.flags = h[8], h[9], h[10], h[12]
 
-    def patch(off, fmt, *vals):
-        b = bytearray(raw)
-        struct.pack_into(fmt, b, off, *vals)
+    def io(self, k: int) -> int:
+        return self.io_off + k * IO_ENTRY.size
+
+    def sec(self, k: int) -> int:
+        return self.sec_off + k * SECTION_ENTRY.size
+
+    def sec_fields(self, k: int):
+        return SECTION_ENTRY.unpack_from(self.raw, self.sec(k))
+
+    def patch(self, *edits) -> bytes:
+        """edits: (offset, struct format, value...) tuples."""
+        b = bytearray(self.raw)
+        for off, fmt, *vals in edits:
+            struct.pack_into("<" + fmt, b, off, *vals)
         return bytes(b)
 
-    first_io = io_off
-    sec = [SECTION_ENTRY.unpack_from(raw, sec_off + 16 * k) for k in range(n_sec)]
-    out = {
-        "magic": with_header(magic=b"EUNH"),
-        "version": with_header(version=2),
-        "header_size": with_header(header_size=48),
-        "io_entry_size": with_header(io_entry_size=32),
-        "total_size": with_header(total=hdr[3] + 16),
-        "truncated": raw[:-16],
-        "io_table_misaligned": with_header(io_off=io_off + 8),
-        "io_table_range": with_header(n_in=n_in + 4000),
-        "section_table_range": with_header(n_sec=n_sec + 500),
-        "tosa_flag": with_header(flags=hdr[12] ^ 1),
-        "dtype": patch(first_io, "<B", 9),
-        "rank": patch(first_io + 1, "<B", 7),
-        "elem_size": patch(first_io + 2, "<B", 2),
-        "byte_size": patch(first_io + 8, "<I", 1),
-        "dim_order": patch(first_io + 44, "<B", 1),
-        "scratch_range": patch(first_io + 4, "<I", hdr[10]),
-        "section_misaligned": patch(sec_off + 4, "<I", sec[0][1] + 4),
-        "section_range": patch(sec_off + 8, "<I", len(raw)),
-        "section_overflow": patch(sec_off + 4, "<II", sec[0][1], 0xFFFFFFF0),
-        "section_kind": patch(sec_off, "<I", 7),
-        "section_duplicate": patch(sec_off + 16, "<I", sec[0][0]),
-    }
-    for name, b in out.items():
-        try:
-            DelegateBlob.from_bytes(b)
-        except ValueError:
-            continue
-        raise AssertionError(f"python reader accepted corrupted blob {name!r}")
-    return out
+
+def invalid_vectors(goods: Dict[str, DelegateBlob]) -> List[Tuple[str, str, bytes, int]]:
+    """(rule, name, bytes, misalign): each blob breaks `rule` first (the doc's order)."""
+    c = _Raw(goods["conv"].to_bytes())  # 1 input, 1 output, TOSA: 3 sections
+    m = _Raw(goods["mixed"].to_bytes())  # 3 inputs, 2 outputs, no TOSA: 2 sections
+    i0, o0 = c.io(0), c.io(1)  # conv input 0 (int8 [1,3,8,8]), output 0
+    s0, s1 = c.sec_fields(0), c.sec_fields(1)
+    nan, inf, neg, neg0 = 0x7FC00000, 0x7F800000, 0xBF800000, 0x80000000
+    io_end = c.io(c.n_in + c.n_out)
+    sec_end = c.sec(c.n_sec)
+    v = [
+        ("base_align", "misaligned_8", c.raw, 8),
+        ("base_align", "misaligned_1", c.raw, 1),
+        ("truncated", "header_40", c.raw[:40], 0),
+        ("truncated", "empty", b"", 0),
+        ("magic", "eunh", c.patch((0, "4s", b"EUNH")), 0),
+        ("version", "v2", c.patch((4, "H", 2)), 0),
+        ("version", "v0", c.patch((4, "H", 0)), 0),
+        ("header_size", "48", c.patch((6, "H", 48)), 0),
+        ("io_entry_size", "32", c.patch((20, "H", 32)), 0),
+        ("total_size", "buffer_short", c.raw[:-16], 0),
+        ("total_size", "buffer_long", c.raw + bytes(16), 0),
+        (
+            "total_size_align",
+            "plus_4",
+            _Raw(c.raw + bytes(4)).patch((8, "I", len(c.raw) + 4)),
+            0,
+        ),
+        ("flags", "bit_1", c.patch((36, "I", c.flags | 2)), 0),
+        ("header_reserved", "last_byte", c.patch((63, "B", 1)), 0),
+        ("io_table_offset", "128", c.patch((16, "I", 128)), 0),
+        ("io_table_offset", "72", c.patch((16, "I", 72)), 0),
+        ("io_table_range", "n_in_4000", c.patch((12, "H", c.n_in + 4000)), 0),
+        ("section_table_align", "plus_8", c.patch((24, "I", c.sec_off + 8)), 0),
+        ("section_table_order", "in_io_table", c.patch((24, "I", io_end - 16)), 0),
+        ("section_table_range", "n_sec_500", c.patch((22, "H", 500)), 0),
+        ("section_table_range", "past_end", c.patch((24, "I", 0x7FFFFFF0)), 0),
+        ("dtype", "9", c.patch((i0, "B", 9)), 0),
+        ("dtype", "output_0", c.patch((o0, "B", 0)), 0),
+        ("rank", "7", c.patch((i0 + 1, "B", 7)), 0),
+        ("elem_size", "2_for_int8", c.patch((i0 + 2, "B", 2)), 0),
+        ("dim_order", "repeated", c.patch((i0 + 44, "B", 1)), 0),
+        ("dim_order", "out_of_rank", c.patch((i0 + 47, "B", 4)), 0),
+        ("zero_dim", "first", c.patch((i0 + 20, "I", 0), (i0 + 8, "I", 0)), 0),
+        # A product past 2^32 before the zero: the zero still decides, in both readers.
+        (
+            "zero_dim",
+            "after_huge",
+            c.patch((i0 + 20, "4I", 65536, 65536, 0, 1), (i0 + 8, "I", 0)),
+            0,
+        ),
+        ("byte_size", "1", c.patch((i0 + 8, "I", 1)), 0),
+        # numel * elem_size = 2^32 wraps to 0 in 32 bits: must not pass as 0 bytes.
+        (
+            "byte_size",
+            "wraps_32",
+            c.patch((i0 + 20, "4I", 65536, 65536, 1, 1), (i0 + 8, "I", 0)),
+            0,
+        ),
+        ("region", "2", c.patch((i0 + 3, "B", 2)), 0),
+        ("region", "0", c.patch((i0 + 3, "B", 0)), 0),
+        ("scratch_range", "one_past", c.patch((i0 + 4, "I", c.scratch - 191)), 0),
+        ("scratch_range", "wraps_32", c.patch((i0 + 4, "I", 0xFFFFFFF0)), 0),
+        ("scale", "nan", c.patch((i0 + 16, "I", nan)), 0),
+        ("scale", "inf", c.patch((i0 + 16, "I", inf)), 0),
+        ("scale", "negative", c.patch((i0 + 16, "I", neg)), 0),
+        ("scale", "minus_zero", c.patch((i0 + 16, "I", neg0)), 0),
+        ("zero_point", "no_scale", c.patch((i0 + 16, "I", 0)), 0),
+        ("zero_point", "int16_plain", m.patch((m.io(1) + 12, "i", 5)), 0),
+        ("io_unused", "shape_slot_4", c.patch((i0 + 20 + 16, "I", 1)), 0),
+        ("io_unused", "order_slot_5", c.patch((i0 + 49, "B", 1)), 0),
+        ("io_unused", "scalar_shape", m.patch((m.io(2) + 20, "I", 1)), 0),
+        ("io_reserved", "last_byte", c.patch((i0 + 63, "B", 1)), 0),
+        ("section_kind", "7", c.patch((c.sec(0), "I", 7)), 0),
+        ("section_kind", "0", c.patch((c.sec(0), "I", 0)), 0),
+        ("section_duplicate", "command_stream", c.patch((c.sec(1), "I", s0[0])), 0),
+        ("section_reserved", "1", c.patch((c.sec(0) + 12, "I", 1)), 0),
+        ("section_align", "plus_4", c.patch((c.sec(0) + 4, "I", s0[1] + 4)), 0),
+        ("section_range", "size", c.patch((c.sec(0) + 8, "I", len(c.raw))), 0),
+        ("section_range", "wraps_32", c.patch((c.sec(0) + 4, "2I", 0xFFFFFFF0, 0x20)), 0),
+        ("section_order", "in_section_table", c.patch((c.sec(0) + 4, "I", sec_end - 16)), 0),
+        ("section_order", "overlaps_previous", c.patch((c.sec(1) + 4, "I", s0[1])), 0),
+        ("section_missing", "weights", m.patch((22, "H", 1)), 0),
+        ("section_missing", "command_stream", m.patch((m.sec(0), "I", 3), (36, "I", 1)), 0),
+        ("tosa_flag", "cleared", c.patch((36, "I", c.flags & ~FLAG_HAS_TOSA)), 0),
+        ("tosa_flag", "set", m.patch((36, "I", m.flags | FLAG_HAS_TOSA)), 0),
+    ]
+    assert s1[1] > s0[1]  # the writer puts sections in table order
+    return v
 
 
-def main(out_dir: str) -> None:
-    os.makedirs(out_dir, exist_ok=True)
+def constants() -> List[str]:
     lines = []
+    for dtype, code in sorted(DTYPE_CODES.items(), key=lambda kv: kv[1]):
+        lines.append(f"const dtype {code} {dtype.itemsize} {str(dtype).replace('torch.', '')}")
+    for kind, name in sorted(SECTION_NAMES.items()):
+        lines.append(f"const section {kind} {name}")
+    scalars = {
+        "max_rank": MAX_RANK,
+        "region_scratch": REGION_SCRATCH,
+        "version": VERSION,
+        "align": ALIGN,
+        "header_size": HEADER.size,
+        "io_entry_size": IO_ENTRY.size,
+        "section_entry_size": SECTION_ENTRY.size,
+        "flag_has_tosa": FLAG_HAS_TOSA,
+    }
+    lines += [f"const {k} {v}" for k, v in scalars.items()]
+    return lines
+
+
+def python_verdict(raw: bytes) -> str:
+    """The Python reader's verdict: "ok DESCRIPTION" or "bad RULE"."""
+    try:
+        return "ok " + describe(DelegateBlob.from_bytes(raw))
+    except BlobFormatError as e:
+        return f"bad {e.rule}"
+
+
+def main(out_dir: str, doc: str = DOC) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    rules = doc_rules(doc)
+    lines = constants()
     goods = good_blobs()
+
+    def write(name: str, raw: bytes) -> None:
+        with open(os.path.join(out_dir, name), "wb") as f:
+            f.write(raw)
+
     for name, blob in goods.items():
         raw = blob.to_bytes()
-        assert DelegateBlob.from_bytes(raw).inputs == blob.inputs
-        with open(os.path.join(out_dir, f"good_{name}.blob"), "wb") as f:
-            f.write(raw)
-        tosa = -1 if blob.tosa is None else len(blob.tosa)
-        lines.append(
-            f"blob good_{name}.blob {len(blob.inputs)} {len(blob.outputs)} {blob.scratch_size} "
-            f"{blob.fast_scratch_size} {tosa} {len(blob.command_stream)} {len(blob.weights)}"
-        )
-        for s in blob.inputs + blob.outputs:
-            rank = len(s.shape)
-            shape = list(s.shape) + [0] * (MAX_RANK - rank)
-            order = list(s.dim_order) + [0] * (MAX_RANK - rank)
-            # The scale as the f32 the blob stores, printed exactly.
-            scale = struct.unpack("<f", struct.pack("<f", 0.0 if s.scale is None else s.scale))[0]
-            lines.append(
-                f"io {DTYPE_CODES[s.dtype]} {rank} {s.elem_size} {s.region} {s.offset} "
-                f"{s.byte_size} "
-                f"{0 if s.zero_point is None else s.zero_point} {scale.hex()} "
-                + " ".join(map(str, shape))
-                + " "
-                + " ".join(map(str, order))
-            )
-    for base in ("conv", "mixed"):
-        for name, raw in corrupt(goods[base].to_bytes()).items():
-            fname = f"bad_{base}_{name}.blob"
-            with open(os.path.join(out_dir, fname), "wb") as f:
-                f.write(raw)
-            lines.append(f"bad {fname}")
+        want = describe(blob)
+        assert python_verdict(raw) == "ok " + want, (name, python_verdict(raw), want)
+        write(f"good_{name}.blob", raw)
+        lines.append(f"ok good_{name}.blob 0 {want}")
+    covered = set()
+    for rule, name, raw, misalign in invalid_vectors(goods):
+        if rule not in rules:
+            raise AssertionError(f"vector for {rule!r}, which {doc} does not list")
+        error, readers = rules[rule]
+        got = python_verdict(raw)
+        # A rule only C++ can check (the base address) leaves the bytes valid for Python.
+        agrees = got.startswith("ok ") if readers == "cpp" else got == f"bad {rule}"
+        assert agrees, f"vector {rule}/{name}: the Python reader says {got!r}"
+        fname = f"bad_{rule}__{name}.blob"
+        write(fname, raw)
+        lines.append(f"bad {fname} {misalign} {rule} {error} {readers}")
+        covered.add(rule)
+    missing = [r for r in rules if r not in covered]
+    if missing:
+        raise AssertionError(f"rules of {doc} without a test vector: {missing}")
+    assert set(CODE_DTYPES) == set(DTYPE_CODES.values())
     with open(os.path.join(out_dir, "manifest.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -322,9 +322,9 @@ void test_init_errors() {
   }
   {
     auto s = conv_like();
-    s.inputs[0].region = 2;
+    s.inputs[0].region = 2; // a format rule: IO lives in region 1
     Fixture f(s);
-    CHECK(f.init() == Error::NotSupported);
+    CHECK(f.init() == Error::InvalidProgram);
   }
   {
     // Runtime allocator too small for the handle.

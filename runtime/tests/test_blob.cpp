@@ -1,6 +1,11 @@
 // Blob v1 parser: accepts good blobs (ours and the Python writer's), rejects
 // every listed defect with an Error, and never reads outside the buffer
 // (run under ASan: buffers are exact-size, so a stray read is reported).
+//
+// test_blob DIR: also the shared test vectors DIR/manifest.txt written by
+// runtime/tests/gen_blobs.py (the verdict, rule and Error of each, and blob.h's
+// constants against blob.py's).
+// test_blob --serve: verdicts for blobs on stdin (tests/test_blob_fuzz.py).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -146,7 +151,7 @@ void test_header_defects() {
   }
   // Misaligned base.
   for (size_t m : {1, 2, 4, 8, 12}) {
-    CHECK(parse_err(good, m) == Error::InvalidProgram);
+    CHECK(parse_err(good, m) == Error::InvalidArgument);
   }
   {
     auto b = good;
@@ -322,11 +327,11 @@ void test_io_defects() {
     CHECK(parse_err(b) == Error::InvalidProgram);
   }
   {
-    // Region 2 is not checked against scratch (doc: region-1 rule only).
+    // IO outside region 1 is a format error (the runtime has no other IO
+    // buffer), whatever its offset.
     auto b = good;
     b[io + 3] = 2;
-    wr32(b, io + 4, 0xFFFF0000u);
-    CHECK(parse_err(b) == Error::Ok);
+    CHECK(parse_err(b) == Error::InvalidProgram);
   }
   {
     // Output entry (second entry) defects are caught too.
@@ -376,88 +381,246 @@ void test_fuzz() {
   std::printf("fuzz: %d of 5000 corrupted blobs still valid\n", accepted);
 }
 
-// Blobs from ethosu_ng/blob.py (see gen_blobs.py) with their manifest.
-void test_python_blobs(const std::string& dir) {
+const char* error_name(Error e) {
+  switch (e) {
+    case Error::Ok:
+      return "Ok";
+    case Error::InvalidArgument:
+      return "InvalidArgument";
+    case Error::InvalidProgram:
+      return "InvalidProgram";
+    case Error::DelegateInvalidCompatibility:
+      return "DelegateInvalidCompatibility";
+    default:
+      return "other";
+  }
+}
+
+uint32_t fnv1a(const uint8_t* p, size_t n) {
+  uint32_t h = 0x811C9DC5u;
+  for (size_t i = 0; i < n; ++i) {
+    h = (h ^ p[i]) * 0x01000193u;
+  }
+  return h;
+}
+
+// Every decoded field in the form of gen_blobs.py's describe(), so one string
+// comparison checks the C++ decode against the Python writer's input.
+std::string describe(const Blob& b) {
+  char buf[256];
+  std::string out;
+  const ethosu_ng::Section& cmd = b.command_stream();
+  const ethosu_ng::Section& w = b.weights();
+  const ethosu_ng::Section& t = b.tosa();
+  std::snprintf(
+      buf,
+      sizeof(buf),
+      "n_in=%u n_out=%u scratch=%u fast=%u cmd=%u %u weights=%u %u tosa=%ld %u",
+      static_cast<unsigned>(b.num_inputs()),
+      static_cast<unsigned>(b.num_outputs()),
+      static_cast<unsigned>(b.scratch_size()),
+      static_cast<unsigned>(b.fast_scratch_size()),
+      static_cast<unsigned>(cmd.size),
+      static_cast<unsigned>(fnv1a(cmd.data, cmd.size)),
+      static_cast<unsigned>(w.size),
+      static_cast<unsigned>(fnv1a(w.data, w.size)),
+      t.present() ? static_cast<long>(t.size) : -1L,
+      t.present() ? static_cast<unsigned>(fnv1a(t.data, t.size)) : 0u);
+  out += buf;
+  const size_t n_in = b.num_inputs();
+  for (size_t k = 0; k < n_in + b.num_outputs(); ++k) {
+    const IoEntry e = k < n_in ? b.input(k) : b.output(k - n_in);
+    uint32_t scale_bits;
+    std::memcpy(&scale_bits, &e.scale, 4);
+    std::snprintf(
+        buf,
+        sizeof(buf),
+        " io=%u %u %u %u %u %u %d %08x",
+        e.dtype,
+        e.rank,
+        e.elem_size,
+        e.region,
+        static_cast<unsigned>(e.offset),
+        static_cast<unsigned>(e.byte_size),
+        static_cast<int>(e.zero_point),
+        static_cast<unsigned>(scale_bits));
+    out += buf;
+    for (int i = 0; i < ethosu_ng::kMaxRank; ++i) {
+      out += " " + std::to_string(e.shape[i]);
+    }
+    for (int i = 0; i < ethosu_ng::kMaxRank; ++i) {
+      out += " " + std::to_string(e.dim_order[i]);
+    }
+  }
+  return out;
+}
+
+// "ok DESCRIPTION" or "bad RULE ERROR": what the C++ reader makes of `bytes`
+// at a 16-aligned base + `misalign` (exact-size buffer, so ASan sees overruns).
+std::string verdict(const std::vector<uint8_t>& bytes, size_t misalign) {
+  Buffer buf(bytes, misalign);
+  ethosu_ng::BlobRule rule = ethosu_ng::BlobRule::kOk;
+  auto r = Blob::parse(buf.data(), buf.size(), &rule);
+  if (r.ok() != (rule == ethosu_ng::BlobRule::kOk)) {
+    return "inconsistent: parse ok but a rule broken, or the reverse";
+  }
+  if (r.ok()) {
+    return "ok " + describe(r.get());
+  }
+  if (r.error() != ethosu_ng::blob_rule_error(rule)) {
+    return "inconsistent: error is not blob_rule_error(rule)";
+  }
+  return std::string("bad ") + ethosu_ng::blob_rule_id(rule) + " " +
+      error_name(r.error());
+}
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>(
+      (std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// One C++ constant against the value blob.py wrote into the manifest.
+void check_const(const std::string& name, long want, long have) {
+  CHECK_MSG(
+      want == have,
+      "constant %s: blob.py says %ld, blob.h says %ld",
+      name.c_str(),
+      want,
+      have);
+}
+
+// The shared test vectors (runtime/tests/gen_blobs.py, also read by
+// tests/test_blob.py): every verdict, rule and Error, and the constants of
+// blob.h against blob.py's.
+void test_vectors(const std::string& dir) {
   std::ifstream manifest(dir + "/manifest.txt");
   CHECK_MSG(manifest.good(), "no manifest in %s", dir.c_str());
   std::string line;
-  int n_good = 0;
+  int n_ok = 0;
   int n_bad = 0;
-  std::vector<uint8_t> bytes;
-  Buffer* current = nullptr;
-  Blob blob;
-  size_t io_index = 0;
-  auto read_file = [](const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return std::vector<uint8_t>(
-        (std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  };
+  int n_dtypes = 0;
+  int n_sections = 0;
+  bool dtype_listed[256] = {};
   while (std::getline(manifest, line)) {
     std::istringstream ls(line);
     std::string kind;
     ls >> kind;
-    if (kind == "blob") {
-      std::string name;
-      long n_in, n_out, scratch, fast, tosa, cmd, weights;
-      ls >> name >> n_in >> n_out >> scratch >> fast >> tosa >> cmd >> weights;
-      delete current;
-      current = new Buffer(read_file(dir + "/" + name));
-      auto r = Blob::parse(current->data(), current->size());
-      CHECK_MSG(r.ok(), "%s rejected", name.c_str());
-      if (!r.ok()) {
-        continue;
-      }
-      blob = r.get();
-      io_index = 0;
-      ++n_good;
-      CHECK(blob.num_inputs() == n_in && blob.num_outputs() == n_out);
-      CHECK(blob.scratch_size() == scratch && blob.fast_scratch_size() == fast);
-      CHECK(blob.tosa().present() == (tosa >= 0));
-      CHECK(!blob.tosa().present() || blob.tosa().size == tosa);
-      CHECK(blob.command_stream().size == cmd && blob.weights().size == weights);
-    } else if (kind == "io") {
-      long v[8];
-      std::string scale_hex;
-      ls >> v[0] >> v[1] >> v[2] >> v[3] >> v[4] >> v[5] >> v[6] >> scale_hex;
-      long shape[6], order[6];
-      for (long& x : shape) ls >> x;
-      for (long& x : order) ls >> x;
-      const size_t n_in = blob.num_inputs();
-      const IoEntry e = io_index < n_in ? blob.input(io_index)
-                                        : blob.output(io_index - n_in);
-      ++io_index;
-      CHECK(e.dtype == v[0] && e.rank == v[1] && e.elem_size == v[2]);
-      CHECK(e.region == v[3] && e.offset == v[4] && e.byte_size == v[5]);
-      CHECK(e.zero_point == v[6]);
-      CHECK(e.scale == static_cast<float>(std::strtod(scale_hex.c_str(), nullptr)));
-      for (int i = 0; i < e.rank; ++i) {
-        CHECK(e.shape[i] == shape[i] && e.dim_order[i] == order[i]);
-      }
-    } else if (kind == "bad") {
+    if (kind == "const") {
       std::string name;
       ls >> name;
-      Buffer b(read_file(dir + "/" + name));
-      auto r = Blob::parse(b.data(), b.size());
-      CHECK_MSG(!r.ok(), "%s accepted", name.c_str());
-      ++n_bad;
+      if (name == "dtype") {
+        long code, elem;
+        std::string dname;
+        ls >> code >> elem >> dname;
+        ++n_dtypes;
+        const uint8_t c = static_cast<uint8_t>(code);
+        dtype_listed[c] = true;
+        check_const("elem size of dtype " + dname, elem, ethosu_ng::dtype_elem_size(c));
+        CHECK_MSG(
+            dname == ethosu_ng::dtype_name(c),
+            "dtype %ld: blob.py says %s, blob.h says %s",
+            code,
+            dname.c_str(),
+            ethosu_ng::dtype_name(c));
+      } else if (name == "section") {
+        long code;
+        std::string sname;
+        ls >> code >> sname;
+        ++n_sections;
+        long have = -1;
+        if (sname == "command_stream") {
+          have = ethosu_ng::kSectionCommandStream;
+        } else if (sname == "weights") {
+          have = ethosu_ng::kSectionWeights;
+        } else if (sname == "tosa") {
+          have = ethosu_ng::kSectionTosa;
+        }
+        check_const("section " + sname, code, have);
+      } else {
+        long want;
+        ls >> want;
+        const long have = name == "max_rank" ? ethosu_ng::kMaxRank
+            : name == "region_scratch"       ? ethosu_ng::kRegionScratch
+            : name == "version"              ? ethosu_ng::kBlobVersion
+            : name == "align"                ? ethosu_ng::kBlobAlign
+            : name == "header_size"          ? ethosu_ng::kHeaderSize
+            : name == "io_entry_size"        ? ethosu_ng::kIoEntrySize
+            : name == "section_entry_size"   ? ethosu_ng::kSectionEntrySize
+            : name == "flag_has_tosa"        ? ethosu_ng::kFlagHasTosa
+                                             : -1;
+        check_const(name, want, have);
+      }
+    } else if (kind == "ok" || kind == "bad") {
+      std::string name;
+      size_t misalign = 0;
+      ls >> name >> misalign;
+      std::string want;
+      std::getline(ls, want);
+      if (kind == "ok") {
+        want = "ok" + want; // the rest of the line is " DESCRIPTION"
+        ++n_ok;
+      } else {
+        std::istringstream ws(want);
+        std::string rule, error, readers;
+        ws >> rule >> error >> readers;
+        want = "bad " + rule + " " + error;
+        ++n_bad;
+      }
+      const std::string got = verdict(read_file(dir + "/" + name), misalign);
+      CHECK_MSG(
+          got == want,
+          "%s:\n  want %s\n  got  %s",
+          name.c_str(),
+          want.c_str(),
+          got.c_str());
     }
   }
-  delete current;
-  CHECK(n_good >= 3 && n_bad >= 20);
-  std::printf("python blobs: %d good, %d bad\n", n_good, n_bad);
+  // blob.h knows no dtype code blob.py lacks.
+  for (int c = 0; c < 256; ++c) {
+    if (!dtype_listed[c]) {
+      CHECK_MSG(
+          ethosu_ng::dtype_elem_size(static_cast<uint8_t>(c)) == 0,
+          "dtype code %d is in blob.h but not in blob.py",
+          c);
+    }
+  }
+  CHECK(n_dtypes == 5 && n_sections == 3);
+  CHECK(n_ok >= 3 && n_bad >= 35);
+  std::printf("test vectors: %d ok, %d bad\n", n_ok, n_bad);
+}
+
+// tests/test_blob_fuzz.py drives this: per request (u32 length, u32 misalign,
+// then the bytes) one verdict line on stdout; ends at end of input.
+int serve() {
+  for (;;) {
+    uint32_t head[2];
+    if (std::fread(head, sizeof(head), 1, stdin) != 1) {
+      return 0;
+    }
+    std::vector<uint8_t> bytes(head[0]);
+    if (head[0] != 0 && std::fread(bytes.data(), head[0], 1, stdin) != 1) {
+      return 1;
+    }
+    std::printf("%s\n", verdict(bytes, head[1] % 16).c_str());
+    std::fflush(stdout);
+  }
 }
 
 } // namespace
 
 int main(int argc, char** argv) {
   executorch::runtime::runtime_init();
+  if (argc > 1 && std::string(argv[1]) == "--serve") {
+    return serve();
+  }
   test_good();
   test_header_defects();
   test_section_defects();
   test_io_defects();
   test_fuzz();
   if (argc > 1) {
-    test_python_blobs(argv[1]);
+    test_vectors(argv[1]);
   }
   return harness::finish("test_blob");
 }
