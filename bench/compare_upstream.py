@@ -1,9 +1,12 @@
 """Side by side: upstream executorch 1.5.1 EthosUPartitioner vs EthosUNGPartitioner.
 
 Each model is quantized once (EthosUNGQuantizer = upstream's symmetric int8 config, same
-calibration batches) and the same quantized module is lowered twice in this process tree. Each
-lowering runs in a forked child so a Vela segfault in upstream's in-process compile is reported
-as a crash instead of ending the benchmark.
+calibration batches), exported, saved with ``torch.export.save``, and the same program is lowered
+twice. Each lowering runs in a *spawned* child (a fresh interpreter that loads the saved program),
+so a Vela segfault in upstream's in-process compile is reported as a crash instead of ending the
+benchmark. Not forked: a fork taken after torch has started its OpenMP pool inherits a pool whose
+threads do not exist in the child, and the child's first parallel tensor op waits for them forever
+(unless ``OMP_NUM_THREADS=1``).
 
     python bench/compare_upstream.py timm:mobilenetv2_100 scenario:attention_bmm \
         --target ethos-u55-128
@@ -24,6 +27,8 @@ import glob
 import multiprocessing as mp
 import os
 import platform
+import queue as queue_mod
+import shutil
 import sys
 import tempfile
 import time
@@ -98,7 +103,7 @@ def _cpu_s() -> float:
     return t.user + t.system + t.children_user + t.children_system + vela_process.cpu_seconds()
 
 
-def lower_upstream(q, x, target, force_cpu):
+def lower_upstream(ep, target, force_cpu):
     from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
     from executorch.exir import to_edge_transform_and_lower
     from torch.fx.passes.operator_support import OperatorSupportBase
@@ -114,7 +119,6 @@ def lower_upstream(q, x, target, force_cpu):
     art = tempfile.mkdtemp(prefix="upstream_art_")
     spec = EthosUCompileSpec(target)
     spec.dump_intermediate_artifacts_to(art)
-    ep = torch.export.export(q, x)
     t0, c0 = time.time(), _cpu_s()
     edge = to_edge_transform_and_lower(
         ep, partitioner=[EthosUPartitioner(spec, additional_checks=[ForceCpu()])]
@@ -128,12 +132,11 @@ def lower_upstream(q, x, target, force_cpu):
     return edge, t, summaries
 
 
-def lower_ours(q, x, target, force_cpu):
+def lower_ours(ep, target, force_cpu):
     from executorch.exir import to_edge_transform_and_lower
 
     from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner
 
-    ep = torch.export.export(q, x)
     t0, c0 = time.time(), _cpu_s()
     edge = to_edge_transform_and_lower(
         ep, partitioner=[EthosUNGPartitioner(EthosUNGCompileSpec(target), cpu_ops=force_cpu)]
@@ -148,10 +151,13 @@ def lower_ours(q, x, target, force_cpu):
     return edge, t, summaries
 
 
-def _child(which, q, x, target, force_cpu, queue):
+def _child(which, program_path, target, force_cpu, queue):
     try:
+        import ethosu_ng  # noqa: F401 - registers the quantized_decomposed ops the program calls
+
+        ep = torch.export.load(program_path)
         fn = lower_upstream if which == "upstream" else lower_ours
-        edge, t, summaries = fn(q, x, target, force_cpu)
+        edge, t, summaries = fn(ep, target, force_cpu)
         metrics = measure(edge, t, summaries)  # before serialization rewrites the graph
         metrics["pte"] = len(edge.to_executorch().buffer)
         queue.put(("ok", metrics))
@@ -161,22 +167,33 @@ def _child(which, q, x, target, force_cpu, queue):
         )
 
 
-def run_isolated(which, q, x, target, force_cpu, timeout):
-    ctx = mp.get_context("fork")
+def run_isolated(which, program_path, target, force_cpu, timeout):
+    """Lower the saved program in a spawned child: safe however many threads torch has started
+    here, and a crash or hang of the child is a result, not the end of the benchmark."""
+    ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    p = ctx.Process(target=_child, args=(which, q, x, target, force_cpu, queue))
+    p = ctx.Process(target=_child, args=(which, program_path, target, force_cpu, queue))
     p.start()
-    p.join(timeout)
-    if p.is_alive():
-        p.kill()
+    deadline = time.monotonic() + timeout
+    try:
+        # Read while the child runs: a child with a large queued result only exits once it has
+        # been consumed.
+        while time.monotonic() < deadline:
+            try:
+                return queue.get(timeout=1)
+            except queue_mod.Empty:
+                if not p.is_alive() and queue.empty():
+                    return (
+                        "error",
+                        f"crashed (exit code {p.exitcode}, "
+                        f"signal {-p.exitcode if p.exitcode and p.exitcode < 0 else '-'})",
+                    )
         return "error", f"timed out after {timeout} s"
-    if not queue.empty():
-        return queue.get()
-    return (
-        "error",
-        f"crashed (exit code {p.exitcode}, "
-        f"signal {-p.exitcode if p.exitcode and p.exitcode < 0 else '-'})",
-    )
+    finally:
+        p.join(5)
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 def row(model, who, r):
@@ -222,34 +239,40 @@ def main():
         "lowering CPU s |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for spec_str in args.models:
-        model, x, scenario_cpu = load(spec_str)
-        force = list(args.force_cpu) + scenario_cpu
-        g = torch.Generator().manual_seed(1)
-        calib = [
-            tuple(torch.randn(t.shape, generator=g) for t in x) for _ in range(args.calibration)
-        ]
-        q = quantize(model, x, EthosUNGCompileSpec(args.target), calibration=calib)
-        runs = {"upstream": [], "ethosu_ng": []}
-        for _ in range(max(1, args.repeat)):
-            for who in runs:
-                status, r = run_isolated(who, q, x, args.target, force, args.timeout)
-                runs[who].append(r if status == "ok" else str(r))
-        results = {}
-        for who, rs in runs.items():
-            errors = [r for r in rs if isinstance(r, str)]  # any failed run is what to report
-            results[who] = errors[0] if errors else min(rs, key=lambda r: r["lower_cpu_s"])
-            print(row(spec_str, who, results[who]), flush=True)
-        up, ours = results["upstream"], results["ethosu_ng"]
-        if isinstance(up, dict) and isinstance(ours, dict):
-            cyc = ours["cycles"] / up["cycles"] if up["cycles"] else float("nan")
-            tl = ours["lower_s"] / up["lower_s"] if up["lower_s"] else float("nan")
-            tc = ours["lower_cpu_s"] / up["lower_cpu_s"] if up["lower_cpu_s"] else float("nan")
-            print(
-                f"| {spec_str} | ratio ours/upstream | | | | | {cyc:.3f} | | | "
-                f"{tl:.2f} | {tc:.2f} |",
-                flush=True,
-            )
+    workdir = tempfile.mkdtemp(prefix="compare_upstream_")
+    try:
+        for spec_str in args.models:
+            model, x, scenario_cpu = load(spec_str)
+            force = list(args.force_cpu) + scenario_cpu
+            g = torch.Generator().manual_seed(1)
+            calib = [
+                tuple(torch.randn(t.shape, generator=g) for t in x) for _ in range(args.calibration)
+            ]
+            q = quantize(model, x, EthosUNGCompileSpec(args.target), calibration=calib)
+            program_path = os.path.join(workdir, f"{len(os.listdir(workdir))}.pt2")
+            torch.export.save(torch.export.export(q, x), program_path)
+            runs = {"upstream": [], "ethosu_ng": []}
+            for _ in range(max(1, args.repeat)):
+                for who in runs:
+                    status, r = run_isolated(who, program_path, args.target, force, args.timeout)
+                    runs[who].append(r if status == "ok" else str(r))
+            results = {}
+            for who, rs in runs.items():
+                errors = [r for r in rs if isinstance(r, str)]  # any failed run is what to report
+                results[who] = errors[0] if errors else min(rs, key=lambda r: r["lower_cpu_s"])
+                print(row(spec_str, who, results[who]), flush=True)
+            up, ours = results["upstream"], results["ethosu_ng"]
+            if isinstance(up, dict) and isinstance(ours, dict):
+                cyc = ours["cycles"] / up["cycles"] if up["cycles"] else float("nan")
+                tl = ours["lower_s"] / up["lower_s"] if up["lower_s"] else float("nan")
+                tc = ours["lower_cpu_s"] / up["lower_cpu_s"] if up["lower_cpu_s"] else float("nan")
+                print(
+                    f"| {spec_str} | ratio ours/upstream | | | | | {cyc:.3f} | | | "
+                    f"{tl:.2f} | {tc:.2f} |",
+                    flush=True,
+                )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,11 @@
 # writes its input to tests/runtime/corpus/crashers/: fix the runtime, keep the file
 # (the replay runs it forever after) and rerun.
 #
-# Env: CC/CXX (default clang/clang++), CMAKE, PYTHON (locates executorch),
-# FUZZ_BUILD_DIR (default build/fuzz), FUZZ_NICE (default 15), FUZZ_BUILD_JOBS
-# (default 1). One fuzzing process only: the machine is shared.
+# Env: CC/CXX (default clang/clang++); PYTHON, the interpreter with executorch
+# (default $VIRTUAL_ENV/bin/python, else .venv/bin/python, else python3); CMAKE,
+# cmake >= 3.28 (default: next to $PYTHON, else on PATH); FUZZ_BUILD_DIR (default
+# build/fuzz), FUZZ_NICE (default 15), FUZZ_BUILD_JOBS (default 1). One fuzzing
+# process only: the machine is shared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -23,26 +25,56 @@ MODE=$1
 shift
 if [ "$MODE" != "--replay" ] && ! [[ "$MODE" =~ ^[0-9]+$ ]]; then usage; fi
 
+die() { echo "bench/fuzz.sh: $*" >&2; exit 3; }
+
 CC=${CC:-clang}
 CXX=${CXX:-clang++}
-CMAKE=${CMAKE:-cmake}
-PYTHON=${PYTHON:-python3}
+if [ -z "${PYTHON:-}" ]; then
+  if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
+    PYTHON=$VIRTUAL_ENV/bin/python
+  elif [ -x "$ROOT/.venv/bin/python" ]; then
+    PYTHON=$ROOT/.venv/bin/python
+  else
+    PYTHON=$(command -v python3 || true)
+  fi
+fi
+PYTHON=$(command -v "$PYTHON" || true)
+[ -n "$PYTHON" ] || die "no Python interpreter (set PYTHON=...)"
+"$PYTHON" -c "import executorch" 2>/dev/null \
+  || die "$PYTHON cannot import executorch (set PYTHON to the project's interpreter)"
+cmake_ok() { # cmake >= 3.28?
+  local v
+  v=$("$1" --version 2>/dev/null | head -1 | awk '{print $3}') || return 1
+  [ -n "$v" ] && printf '3.28\n%s\n' "$v" | sort -V -C
+}
+if [ -z "${CMAKE:-}" ]; then
+  for cand in "$(dirname "$PYTHON")/cmake" "$(command -v cmake || true)"; do
+    if [ -x "$cand" ] && cmake_ok "$cand"; then CMAKE=$cand; break; fi
+  done
+fi
+{ [ -n "${CMAKE:-}" ] && cmake_ok "$CMAKE"; } \
+  || die "need cmake >= 3.28 (set CMAKE=..., or pip install 'cmake>=3.28' next to $PYTHON)"
 BUILD=${FUZZ_BUILD_DIR:-$ROOT/build/fuzz}
 NICE=${FUZZ_NICE:-15}
 JOBS=${FUZZ_BUILD_JOBS:-1}
 SEEDS=$ROOT/tests/runtime/corpus/seeds
 CRASHERS=$ROOT/tests/runtime/corpus/crashers
 
-command -v "$CXX" >/dev/null || { echo "bench/fuzz.sh: $CXX not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 3; }
+command -v "$CXX" >/dev/null || die "$CXX not found (apt-get install clang libclang-rt-14-dev)"
 
-if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+# Configured = a generated build system exists (a failed configure can leave CMakeCache.txt).
+if [ ! -f "$BUILD/build.ninja" ] && [ ! -f "$BUILD/Makefile" ]; then
   GEN=()
-  command -v ninja >/dev/null && GEN=(-G Ninja)
+  if command -v ninja >/dev/null; then GEN=(-G Ninja); fi
+  mkdir -p "$BUILD"
+  echo "bench/fuzz.sh: configuring $BUILD (cmake $CMAKE, python $PYTHON)" >&2
   CC=$CC CXX=$CXX nice -n "$NICE" "$CMAKE" -S "$ROOT" -B "$BUILD" "${GEN[@]}" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETHOSU_NG_FUZZ=ON -DETHOSU_NG_WERROR=ON \
-    -DETHOSU_NG_BUILD_TESTS=OFF -DETHOSU_NG_PYTHON="$(command -v "$PYTHON")" >/dev/null
+    -DETHOSU_NG_BUILD_TESTS=OFF -DETHOSU_NG_PYTHON="$PYTHON" >"$BUILD/configure.log" 2>&1 \
+    || die "cmake configure failed (see $BUILD/configure.log)"
 fi
-nice -n "$NICE" "$CMAKE" --build "$BUILD" --target fuzz_delegate --parallel "$JOBS"
+nice -n "$NICE" "$CMAKE" --build "$BUILD" --target fuzz_delegate --parallel "$JOBS" \
+  || die "building fuzz_delegate failed (output above)"
 FUZZER=$BUILD/fuzz_delegate
 mkdir -p "$CRASHERS"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}

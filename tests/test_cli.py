@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _tools import require_tool
 
 from ethosu_ng.tools.cli import main
 
@@ -72,11 +73,7 @@ def test_report_html_renders_in_headless_chromium(compiled, capsys, tmp_path):
     assert code == 0
     text = page.read_text()
     assert "<svg" in text and "NPU cycles per partition" in text and "<script" not in text
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        if os.environ.get("ETHOSU_NG_REQUIRE_TOOLS"):
-            pytest.fail("chromium is required (ETHOSU_NG_REQUIRE_TOOLS is set)")
-        pytest.skip("chromium not installed")
+    chromium = require_tool("chromium", "chromium-browser", install="apt-get install chromium")
     png = tmp_path / "r.png"
     subprocess.run(
         [

@@ -2,12 +2,13 @@
 
 import pytest
 import torch
+from _tools import require_tool
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
 from ethosu_ng.export import lower, quantize
 from ethosu_ng.partitioning.boundary import float_boundary_tensors
 
-torchvision = pytest.importorskip("torchvision")
+torchvision = require_tool("torchvision", module=True, install="pip install -e .[zoo]")
 
 
 @pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])

@@ -16,15 +16,15 @@ failed when ETHOSU_NG_REQUIRE_TOOLS is set (CI).
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _tools import require_tool
 
 from ethosu_ng import DelegateBlob
-from ethosu_ng.runtime import HostRuntimeError, _cmake
+from ethosu_ng.runtime import _cmake
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "tests" / "runtime" / "corpus"
@@ -32,21 +32,11 @@ FUZZ_SH = REPO / "bench" / "fuzz.sh"
 FUZZ_SECONDS = int(os.environ.get("ETHOSU_NG_FUZZ_SECONDS", "60"))
 
 
-def _missing(reason: str):
-    """Skip, unless CI says every tool must be present (ETHOSU_NG_REQUIRE_TOOLS)."""
-    if os.environ.get("ETHOSU_NG_REQUIRE_TOOLS"):
-        pytest.fail(f"{reason} (ETHOSU_NG_REQUIRE_TOOLS is set)")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def fuzz_env():
-    if shutil.which("clang++") is None or shutil.which("clang") is None:
-        _missing("clang not installed (apt-get install clang libclang-rt-14-dev)")
-    try:
-        cmake = _cmake()
-    except HostRuntimeError as e:
-        _missing(str(e))
+    for tool in ("clang", "clang++"):
+        require_tool(tool, install="apt-get install clang libclang-rt-14-dev")
+    cmake = require_tool("cmake", find=_cmake)
     env = dict(os.environ, CMAKE=cmake, PYTHON=sys.executable)
     env.pop("ASAN_OPTIONS", None)
     env.pop("UBSAN_OPTIONS", None)

@@ -6,6 +6,7 @@ import signal
 import time
 
 import pytest
+from _tools import require_tool
 
 from ethosu_ng.vela import process as vela_process
 
@@ -121,9 +122,13 @@ def test_exporter_ignoring_sigchld_does_not_break_compiles(pool, tmp_path):
 def test_high_descriptor_numbers_are_fine(pool, tmp_path):
     import resource
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < 1200:
-        pytest.skip("descriptor limit below 1200")
+    def limits():
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and hard < 1200:
+            raise OSError(f"hard RLIMIT_NOFILE is {hard}")
+        return soft, hard
+
+    soft, hard = require_tool("1200 open file descriptors", find=limits, install="ulimit -Hn")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
     fds = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # the zygote's pipe gets > 1024
     try:

@@ -15,6 +15,7 @@ import time
 
 import pytest
 import torch
+from _tools import require_tool
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
 from ethosu_ng.export import lower, quantize
@@ -22,7 +23,7 @@ from ethosu_ng.numerics.op_numerics import check_ops
 from ethosu_ng.numerics.tosa_reference import check_delegates
 from ethosu_ng.partitioning.boundary import float_boundary_tensors
 
-timm = pytest.importorskip("timm")
+timm = require_tool("timm", module=True, install="pip install -e .[zoo]")
 
 SOFTMAX_OPS = [
     "aten.exp.default",

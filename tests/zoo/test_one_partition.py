@@ -19,6 +19,7 @@ import time
 
 import pytest
 import torch
+from _tools import require_tool
 
 from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng.export import lower, quantize
@@ -26,7 +27,7 @@ from ethosu_ng.numerics.op_numerics import check_ops
 from ethosu_ng.numerics.tosa_reference import check_delegates
 from ethosu_ng.partitioning.boundary import float_boundary_tensors
 
-timm = pytest.importorskip("timm")
+timm = require_tool("timm", module=True, install="pip install -e .[zoo]")
 
 
 def _one_partition(target: str, name: str = "swin_tiny_patch4_window7_224", size: int = 224):

@@ -14,6 +14,7 @@ import time
 
 import pytest
 import torch
+from _tools import require_tool
 
 from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng import partitioner as partitioner_module
@@ -22,7 +23,7 @@ from ethosu_ng.numerics.op_numerics import check_ops
 from ethosu_ng.partitioning.boundary import float_boundary_tensors
 from ethosu_ng.partitioning.target_limits import TargetLimits
 
-timm = pytest.importorskip("timm")
+timm = require_tool("timm", module=True, install="pip install -e .[zoo]")
 
 
 @pytest.mark.slow

@@ -6,8 +6,9 @@ import importlib.util
 import os
 
 import pytest
+from _tools import require_tool
 
-pytest.importorskip("timm")
+require_tool("timm", module=True, install="pip install -e .[zoo]")
 _spec = importlib.util.spec_from_file_location(
     "zoo_table", os.path.join(os.path.dirname(__file__), "..", "..", "bench", "zoo_table.py")
 )
