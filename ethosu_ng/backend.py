@@ -15,7 +15,9 @@ from executorch.exir.backend.backend_details import BackendDetails, PreprocessRe
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torch.export import ExportedProgram
 
+from .blob import DelegateBlob
 from .compile_spec import EthosUNGCompileSpec
+from .memory_plan import check_delegate_budget
 from .partition_compiler import COMPILED, CompiledPartition, compile_partitions, partition_name
 from .partition_program import fingerprint
 
@@ -46,6 +48,11 @@ def _compile_all(
             if isinstance(c, Exception):
                 raise c
             out[k] = _result(c)
+    for program, r in zip(programs, out):
+        blob = DelegateBlob.from_bytes(r.processed_bytes)
+        check_delegate_budget(
+            partition_name(program), blob.scratch_size, blob.fast_scratch_size, spec
+        )
     return out
 
 

@@ -104,6 +104,7 @@ def cmd_compile(args) -> int:
             system_config=args.system_config,
             memory_mode=args.memory_mode,
             embed_tosa=args.embed_tosa,
+            sram_budget=args.sram_budget,
         )
     except (ValueError, TypeError) as e:
         raise CliError(str(e)) from None
@@ -114,7 +115,9 @@ def cmd_compile(args) -> int:
     except (ValueError, TypeError) as e:
         raise CliError(str(e)) from None
     out = args.output or (args.model.split(":")[-1].replace("/", "_") + ".pte")
-    stages = Stages(["load", "calibrate + quantize", "partition + Vela", "serialize"])
+    stages = Stages(
+        ["load", "calibrate + quantize", "partition + Vela", "serialize", "memory plan"]
+    )
     loaded = stages.run("load", load_model, args.model, args.seed)
     calib = _calibration(args, loaded.example_inputs)
     quantized = stages.run(
@@ -141,11 +144,21 @@ def cmd_compile(args) -> int:
         backend_log.propagate = True
     # Report from the lowered program before serialization rewrites it (memory planning).
     rep = report.build_report(edge, part, b"", spec, args.model, stages.times)
-    pte = stages.run("serialize", lambda: edge.to_executorch().buffer)
+    from .export import serialize
+
+    pte, _ = stages.run("serialize", serialize, edge, spec)
+    from .memory_plan import memory_plan
+
+    rep["memory_plan"] = stages.run("memory plan", memory_plan, pte)
     rep["totals"]["pte_bytes"] = len(pte)
     rep["stages_s"] = dict(stages.times)
     with open(out, "wb") as f:
         f.write(pte)
+    emitted = []
+    if args.emit_c:
+        from .emit_c import c_name, emit_c
+
+        emitted = emit_c(args.emit_c, c_name(out), pte, rep["memory_plan"], os.path.basename(out))
     rep["compile_args"] = {
         "model": args.model,
         "target": args.target,
@@ -155,12 +168,13 @@ def cmd_compile(args) -> int:
         "input_dtype": args.input_dtype,
         "output_dtype": args.output_dtype,
         "cpu_op": args.cpu_op or [],
+        "sram_budget": args.sram_budget,
     }
     rep_path = os.path.splitext(out)[0] + ".report.json"
     with open(rep_path, "w") as f:
         json.dump(rep, f, indent=1)
     print(report.format_text(rep))
-    print(f"\nwrote {out} and {rep_path}")
+    print(f"\nwrote {out} and {rep_path}" + "".join(f", {p}" for p in emitted))
     return 0
 
 
@@ -260,6 +274,22 @@ def cmd_verify(args) -> int:
     return 0 if all(v <= args.lsb_budget for v in worst.values()) else EXIT_FAILED
 
 
+_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1 << 20, "mib": 1 << 20}
+
+
+def _bytes_arg(text: str) -> int:
+    """``393216``, ``384KiB``, ``2MiB``, ``512k`` -> bytes."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    unit = m and _UNITS.get(m.group(2).lower())
+    if not m or unit is None or int(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive byte count (e.g. 393216, 384KiB, 2MiB)"
+        )
+    return int(m.group(1)) * unit
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="ethosu-ng", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -285,6 +315,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--memory-mode")
     c.add_argument("--embed-tosa", action="store_true", help="embed TOSA for host execution")
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument(
+        "--sram-budget",
+        type=_bytes_arg,
+        metavar="BYTES",
+        help="fail when the SRAM pools exceed this (e.g. 393216, 384KiB, 2MiB)",
+    )
+    c.add_argument(
+        "--emit-c", metavar="DIR", help="also write the .pte and pool sizes as C (.h + .c)"
+    )
     c.set_defaults(func=cmd_compile)
 
     r = sub.add_parser("report", help="summarize a .pte or its report JSON")

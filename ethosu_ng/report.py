@@ -252,4 +252,8 @@ def format_text(r: Dict[str, Any]) -> str:
         f"partitions {t['partitions']}  NPU op share "
         f"{'-' if share is None else f'{100 * share:.1f}%'}  .pte {_fmt(t['pte_bytes'])} B"
     )
+    if r.get("memory_plan"):
+        from .memory_plan import format_text as plan_text
+
+        lines += ["", plan_text(r["memory_plan"])]
     return "\n".join(lines)

@@ -42,7 +42,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-HOST_ABI_VERSION = 1  # runtime/ethosu_ng/host_api.h ETHOSU_NG_HOST_ABI_VERSION
+HOST_ABI_VERSION = 2  # runtime/ethosu_ng/host_api.h ETHOSU_NG_HOST_ABI_VERSION
 LIB_NAME = "libethosu_ng_host.so"
 MAX_RANK = 6
 
