@@ -188,6 +188,16 @@ def cmd_report(args) -> int:
     except (ValueError, json.JSONDecodeError) as e:
         raise CliError(f"{args.file}: not an ethosu_ng .pte or report: {e}") from None
     print(report.format_text(rep))
+    if args.by_module:
+        from .module_profile import format_table
+
+        if "by_module" not in rep:
+            raise CliError(
+                f"{args.file}: no per-module profile (it lives in the .report.json that "
+                "ethosu-ng compile writes next to the .pte)"
+            )
+        print()
+        print(format_table(rep["by_module"], args.depth, args.top))
     if args.html:
         with open(args.html, "w") as f:
             f.write(html_report.render(rep))
@@ -290,6 +300,12 @@ def _bytes_arg(text: str) -> int:
     return int(m.group(1)) * unit
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="ethosu-ng", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -329,6 +345,13 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="summarize a .pte or its report JSON")
     r.add_argument("file")
     r.add_argument("--html", metavar="OUT")
+    r.add_argument("--by-module", action="store_true", help="NPU cycles by nn.Module")
+    r.add_argument(
+        "--depth", type=_positive_int, metavar="N", help="with --by-module: sum to N path levels"
+    )
+    r.add_argument(
+        "--top", type=_positive_int, default=20, metavar="N", help="with --by-module: N rows"
+    )
     r.set_defaults(func=cmd_report)
 
     v = sub.add_parser(

@@ -28,13 +28,13 @@ import torch
 from torch.export import ExportedProgram
 from tosa.DType import DType
 
-from . import upstream, vela_compiler
+from . import module_profile, upstream, vela_compiler
 from .blob import DelegateBlob
 from .boundary import BoundaryContractError
 from .compile_spec import EthosUNGCompileSpec
 from .delegate_io import DelegateIOSpec, declared_io
 from .tensor_spec import TensorSpec
-from .tosa_graph import TosaTensorInfo, tosa_io
+from .tosa_graph import TosaTensorInfo, tosa_io, tosa_ops
 from .vela_compiler import VelaError, VelaResult
 
 logger = logging.getLogger(__name__)
@@ -177,6 +177,7 @@ class _Pending:
     pristine: Optional[ExportedProgram]  # kept only where Vela may drop an output (_nhwc_exits)
     tosa: bytes
     vela: Future[VelaResult]
+    op_sources: List[dict]  # upstream's record of which FX node each TOSA operator came from
 
 
 def _start(
@@ -190,8 +191,9 @@ def _start(
     # which only a rank-4 output with a consumer inside the partition can need.
     pristine = copy.deepcopy(program) if _has_internal_rank4_exit(program) else None
     _drop_provenance(program)
+    op_sources: List[dict] = []
     with upstream.lowering_context(spec, program):
-        tosa = upstream.lower_to_tosa(program, spec)
+        tosa = upstream.lower_to_tosa(program, spec, op_sources)
     if pool is None:
         fut: Future = Future()
         try:
@@ -200,11 +202,11 @@ def _start(
             fut.set_exception(e)
     else:
         fut = pool.submit(vela_compiler.compile_tosa, tosa, spec, name)
-    return _Pending(name, declared, pristine, tosa, fut)
+    return _Pending(name, declared, pristine, tosa, fut, op_sources)
 
 
 def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
-    tosa, vela = p.tosa, p.vela.result()
+    tosa, vela, op_sources = p.tosa, p.vela.result(), p.op_sources
     nhwc: Set[int] = set()
     if len(vela.outputs) != len(p.declared.outputs):
         nhwc = _nhwc_exits(p.pristine) if p.pristine is not None else set()
@@ -215,11 +217,13 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
                 sorted(nhwc),
             )
             _drop_provenance(p.pristine)
+            op_sources = []
             with upstream.lowering_context(spec, p.pristine):
-                tosa = upstream.lower_to_tosa(p.pristine, spec)
+                tosa = upstream.lower_to_tosa(p.pristine, spec, op_sources)
             vela = vela_compiler.compile_tosa(tosa, spec, partition=p.name)
     tosa_ins, tosa_outs = tosa_io(tosa)
     io = check_io(p.name, p.declared, tosa_ins, tosa_outs, vela, nhwc)
+    io.layers = module_profile.attribute(vela.layers, tosa_ops(tosa), op_sources)
     blob = DelegateBlob(
         inputs=io.inputs,
         outputs=io.outputs,

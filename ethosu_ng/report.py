@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import upstream
+from . import module_profile, upstream
 from .blob import DelegateBlob
 from .io_quantization import io_quantization
 from .op_names import op_name
@@ -65,12 +65,14 @@ def build_report(
     program = edge.exported_program()
     gm = program.graph_module
     delegates = []
+    profiled = []
     for n in gm.graph.nodes:
         if n.op != "call_function" or n.target is not CALL_DELEGATE:
             continue
         lowered = getattr(gm, n.args[0].target)
         blob = DelegateBlob.from_bytes(lowered.processed_bytes)
         info = (lowered.meta or {}).get("_delegate_info_meta")
+        profiled.append((n.args[0].target, getattr(info, "layers", None) or []))
         ops = [
             op_name(m.target)
             for m in lowered.original_module.graph.nodes
@@ -96,11 +98,14 @@ def build_report(
         if n.op == "call_function" and n.target is not CALL_DELEGATE:
             name = op_name(n.target)
             if is_compute(name):
+                mod = module_profile.node_module(n)
                 cpu.append(
                     {
                         "node": n.name,
                         "op": name,
                         "reason": rep.cpu_reasons.get(n.name, "not supported on the NPU"),
+                        "module": mod[0] if mod else None,
+                        "module_type": mod[1] if mod else None,
                     }
                 )
     npu_ops = sum(d["n_compute_ops"] for d in delegates)
@@ -142,6 +147,8 @@ def build_report(
             for n, why in getattr(rep, "compiler_fallback", {}).items()
         ],
         "program_io": io,
+        # Leaf rows of the per-module profile (module_profile); the tree is in the dotted paths.
+        "by_module": module_profile.by_module(profiled, cpu),
         "totals": {
             "partitions": len(delegates),
             "npu_compute_ops": npu_ops,
