@@ -90,6 +90,8 @@ def build_report(
                 "command_stream_bytes": len(blob.command_stream),
                 "scratch_bytes": blob.scratch_size,
                 "vela": vela_estimates(getattr(info, "vela_summary", {}) or {}),
+                # Vela's layers with their TOSA operator, FX node and module (module_profile).
+                "layers": getattr(info, "layers", None) or [],
             }
         )
     cpu = []
