@@ -204,7 +204,7 @@ def format_table(rows: Sequence[Dict], depth: Optional[int] = None, top: int = 2
     macs = sum(r["macs"] for r in agg) or 1
     head = (
         f"{'module':<44}{'NPU cycles':>14}{'%':>7}{'cum %':>7}{'MACs %':>8}"
-        f"{'data mv %':>10}{'SRAM KiB':>10}{'CPU ops':>8}"
+        f"{'data mv %':>10}{'SRAM rw KiB':>12}{'CPU ops':>8}"
     )
     lines = [f"by module (depth {'leaf' if depth is None else depth}, top {top}):", head]
     cum = 0
@@ -214,7 +214,7 @@ def format_table(rows: Sequence[Dict], depth: Optional[int] = None, top: int = 2
         lines.append(
             f"{label(r['module'])[:43]:<44}{r['npu_cycles']:>14,}"
             f"{100 * r['npu_cycles'] / total:>6.1f}%{100 * cum / total:>6.1f}%"
-            f"{100 * r['macs'] / macs:>7.1f}%{dm:>9.1f}%{r['sram_bytes'] / 1024:>10.1f}"
+            f"{100 * r['macs'] / macs:>7.1f}%{dm:>9.1f}%{r['sram_bytes'] / 1024:>12.1f}"
             f"{len(r['cpu_ops']):>8}"
         )
     rest = agg[top:]

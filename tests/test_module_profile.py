@@ -1,6 +1,9 @@
 """The per-module profile accounts for every Vela cycle, by the modules the model really has."""
 
+import os
 import re
+import shutil
+import subprocess
 
 import pytest
 import torch.nn as nn
@@ -172,12 +175,16 @@ def test_unmapped_layers_are_listed_with_their_share():
     assert "unmapped 10.0%" in text
 
 
-def test_report_by_module_cli(tmp_path, capsys):
-    import os
-
+@pytest.fixture(scope="module")
+def tiny_pte(tmp_path_factory):
     factory = os.path.join(os.path.dirname(__file__), "data", "tiny_factory.py")
-    pte = str(tmp_path / "t.pte")
+    pte = str(tmp_path_factory.mktemp("bymod") / "t.pte")
     assert main(["compile", f"{factory}:make", "-o", pte, "--calibration", "1"]) == 0
+    return pte
+
+
+def test_report_by_module_cli(tiny_pte, capsys):
+    pte = tiny_pte
     capsys.readouterr()
     assert main(["report", pte, "--by-module", "--top", "2"]) == 0
     out = capsys.readouterr().out
@@ -185,3 +192,44 @@ def test_report_by_module_cli(tmp_path, capsys):
     assert re.search(r"^c1\s+[\d,]+\s+\d+\.\d%", out, re.M)
     with pytest.raises(SystemExit):
         main(["report", pte, "--by-module", "--depth", "0"])
+
+
+def test_html_treemap_renders_offline_in_headless_chromium(tiny_pte, tmp_path, capsys):
+    """The vendored ECharts draws the module treemap (SVG renderer) with no network at all."""
+    page = tmp_path / "r.html"
+    assert main(["report", tiny_pte, "--html", str(page)]) == 0
+    capsys.readouterr()
+    text = page.read_text()
+    assert 'id="by-module-treemap"' in text and "echarts" in text
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        if os.environ.get("ETHOSU_NG_REQUIRE_TOOLS"):
+            pytest.fail("chromium is required (ETHOSU_NG_REQUIRE_TOOLS is set)")
+        pytest.skip("chromium not installed")
+    dom = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            # Offline: any fetch the page tried would fail, and the chart would not render.
+            "--proxy-server=127.0.0.1:9",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            f"file://{page}",
+        ],
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
+    ).stdout
+    chart = dom[dom.index('id="by-module-treemap"') :]
+    assert re.search(r'<div id="by-module-treemap"[^>]*data-rendered="1"', dom)
+    labels = set(re.findall(r"<text[^>]*>([^<]+)</text>", chart))
+    # The modules with a visible share are drawn with their names (fc's box is too small).
+    assert {"c1", "c2", "(top level)"} <= labels, sorted(labels)[:20]
