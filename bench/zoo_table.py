@@ -60,11 +60,12 @@ def compile_one(model_spec: str, target: str) -> dict:
     # Firmware size: the TOSA sections are only embedded for the host numerics check.
     from ethosu_ng import DelegateBlob
     from ethosu_ng.adapters import exir
+    from ethosu_ng.compile_spec import BACKEND_ID
 
     tosa_bytes = sum(
         len(DelegateBlob.from_bytes(d).tosa or b"")
         for b, d in exir.pte_delegate_payloads(pte)
-        if b == "EthosUNGBackend"
+        if b == BACKEND_ID
     )
     t = rep["totals"]
     return {

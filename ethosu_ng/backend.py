@@ -16,9 +16,11 @@ from executorch.exir.backend.backend_details import BackendDetails, PreprocessRe
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torch.export import ExportedProgram
 
+from ethosu_ng.blob import DelegateBlob
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.compiler.compiled_cache import attached
 from ethosu_ng.compiler.pipeline import CompiledPartition, compile_partitions, partition_name
+from ethosu_ng.memory_plan import check_delegate_budget
 from ethosu_ng.partitioning.partition_program import fingerprint
 
 logger = logging.getLogger(__name__)
@@ -49,6 +51,11 @@ def _compile_all(
             if isinstance(c, Exception):
                 raise c
             out[k] = _result(c)
+    for program, r in zip(programs, out):
+        blob = DelegateBlob.from_bytes(r.processed_bytes)
+        check_delegate_budget(
+            partition_name(program), blob.scratch_size, blob.fast_scratch_size, spec
+        )
     return out
 
 

@@ -13,6 +13,10 @@ from typing import List, Optional, Sequence
 
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 
+# The id the delegate is registered under: in the .pte, in the C++ runtime (backend.cpp) and in
+# ExecuTorch's backend registry.
+BACKEND_ID = "EthosUNGBackend"
+
 TARGETS: tuple[str, ...] = (
     "ethos-u55-32",
     "ethos-u55-64",
@@ -52,6 +56,11 @@ class EthosUNGCompileSpec:
             is lowered to TOSA (1 = one after the other).
         cpu_fallback: when Vela crashes, hangs or refuses a partition, find the ops responsible
             and keep them on the CPU instead of failing the export (listed in the report).
+        sram_budget: bytes of SRAM the firmware has for this program's pools (planned arenas,
+            NPU scratch, fast scratch; which of them are SRAM depends on ``memory_mode``, see
+            ``memory_plan.sram_bytes``). A delegate whose scratch alone exceeds it fails
+            ``preprocess``; ``export.serialize`` / ``ethosu-ng compile --sram-budget`` check the
+            whole memory plan. ``None``: no check.
     """
 
     target: str
@@ -62,6 +71,7 @@ class EthosUNGCompileSpec:
     vela_timeout_s: float = 900.0
     vela_workers: int = 2
     cpu_fallback: bool = True
+    sram_budget: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, str) or self.target.lower() not in TARGETS:
@@ -100,6 +110,14 @@ class EthosUNGCompileSpec:
             raise ValueError(f"vela_workers must be an int >= 1, got {self.vela_workers!r}")
         if not isinstance(self.cpu_fallback, bool):
             raise TypeError("cpu_fallback must be a bool")
+        if self.sram_budget is not None and (
+            isinstance(self.sram_budget, bool)
+            or not isinstance(self.sram_budget, int)
+            or self.sram_budget <= 0
+        ):
+            raise ValueError(
+                f"sram_budget must be a positive int (bytes), got {self.sram_budget!r}"
+            )
 
     @property
     def family(self) -> str:

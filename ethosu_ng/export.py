@@ -32,6 +32,17 @@ def quantize(
     return convert_pt2e(prepared)
 
 
+def serialize(edge: EdgeProgramManager, spec: EthosUNGCompileSpec) -> Tuple[bytes, dict]:
+    """``edge.to_executorch()`` bytes and the memory plan (without host measurements), checked
+    against ``spec.sram_budget``: a program whose pools do not fit raises ``SramBudgetError``."""
+    from ethosu_ng.memory_plan import check_sram_budget, memory_plan
+
+    pte = edge.to_executorch().buffer
+    plan = memory_plan(pte, measure=False)
+    check_sram_budget(plan, spec)
+    return pte, plan
+
+
 def lower(
     quantized: torch.nn.Module,
     example_inputs: Tuple[torch.Tensor, ...],

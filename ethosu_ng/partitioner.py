@@ -28,7 +28,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase, chain
 
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.adapters import exir
-from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.compile_spec import BACKEND_ID, EthosUNGCompileSpec
 from ethosu_ng.compiler.compiled_cache import CompiledCache, attach
 from ethosu_ng.compiler.pipeline import compile_partitions
 from ethosu_ng.ops import NO_COMPUTE_OPS, is_compute, op_name, resolve_op_names
@@ -43,7 +43,6 @@ from ethosu_ng.vela.compiler import VelaError
 
 logger = logging.getLogger(__name__)
 
-BACKEND_ID = "EthosUNGBackend"
 # Each round moves at least one op per failing partition to the CPU; a model needing more rounds
 # than this is failing for a reason bisection will not fix.
 _MAX_FALLBACK_ROUNDS = 16

@@ -43,10 +43,11 @@ import numpy as np
 
 from ethosu_ng.adapters import exir
 from ethosu_ng.blob import CODE_DTYPES, MAX_RANK
+from ethosu_ng.compile_spec import BACKEND_ID
 
 logger = logging.getLogger(__name__)
 
-HOST_ABI_VERSION = 1  # runtime/ethosu_ng/host_api.h ETHOSU_NG_HOST_ABI_VERSION
+HOST_ABI_VERSION = 2  # runtime/ethosu_ng/host_api.h ETHOSU_NG_HOST_ABI_VERSION
 LIB_NAME = "libethosu_ng_host.so"
 
 _REPO = Path(__file__).resolve().parent.parent
@@ -338,7 +339,7 @@ def load_host_runtime(
         _callback = TOSA_CALLBACK(_tosa_callback)
         lib.ethosu_ng_set_tosa_callback(_callback)
         names = Runtime.get().backend_registry.registered_backend_names
-        if "EthosUNGBackend" not in names:
+        if BACKEND_ID not in names:
             raise HostRuntimeError(
                 f"loaded {lib_path} but EthosUNGBackend is not registered: {names}"
             )

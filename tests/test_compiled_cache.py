@@ -12,10 +12,10 @@ from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, Par
 from torch import nn
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, EthosUNGPartitioner
+from ethosu_ng.compile_spec import BACKEND_ID
 from ethosu_ng.compiler.compiled_cache import CompiledCache
 from ethosu_ng.compiler.pipeline import CompiledPartition
 from ethosu_ng.export import quantize
-from ethosu_ng.partitioner import BACKEND_ID
 from ethosu_ng.vela import compiler as vela_compiler
 
 

@@ -95,11 +95,50 @@ def ops_to_not_decompose(
     return _upstream_partitioner(spec).ops_to_not_decompose(program)
 
 
-def lower_to_tosa(edge_program: ExportedProgram, spec: EthosUNGCompileSpec) -> bytes:
-    """Run upstream's Arm pass pipeline and TOSA serializer on one partition."""
+def lower_to_tosa(
+    edge_program: ExportedProgram,
+    spec: EthosUNGCompileSpec,
+    op_sources: Optional[List[dict]] = None,
+) -> bytes:
+    """Run upstream's Arm pass pipeline and TOSA serializer on one partition.
+
+    ``op_sources``: if given, receives one entry per TOSA operator a node visitor serialized, from
+    upstream's own debug hook (``tosa_debug_mode=JSON``): ``{"tosa_output": output tensor name,
+    "node": FX node name after upstream's passes, "target": its op, "nn_module_stack": ...}``.
+    The TOSA flatbuffer is the same with or without it."""
     tosa_spec = TOSABackend.filter_tosa_compile_specs(upstream_compile_spec(spec))
-    with deferred_recompile():
-        return bytes(TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes)
+    if op_sources is None:
+        with deferred_recompile():
+            return bytes(TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes)
+    import executorch.backends.arm.tosa.backend as tosa_backend
+    from executorch.backends.arm.common.arm_compile_spec import ArmCompileSpec
+
+    hooks = []
+    real_hook = tosa_backend.DebugHook
+
+    def capture(mode):
+        hooks.append(real_hook(mode))
+        return hooks[-1]
+
+    tosa_spec.tosa_debug_mode = ArmCompileSpec.DebugMode.JSON
+    tosa_backend.DebugHook = capture  # _preprocess builds its hook from this module global
+    try:
+        with deferred_recompile():
+            tosa = bytes(TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes)
+    finally:
+        tosa_backend.DebugHook = real_hook
+    for hook in hooks:
+        for ev in hook._debug_events:
+            stack = ev.torch_info.nn_module_stack
+            op_sources.append(
+                {
+                    "tosa_output": ev.tosa_info.node_name if ev.tosa_info else None,
+                    "node": ev.aten_info.node_name,
+                    "target": ev.aten_info.operator_name,
+                    "nn_module_stack": stack if isinstance(stack, dict) else None,
+                }
+            )
+    return tosa
 
 
 def list_argument_input_qparams(dequantize_nodes):

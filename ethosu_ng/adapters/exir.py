@@ -21,6 +21,7 @@ __all__ = [
     "duplicate_shared_constants",
     "keepable_ops",
     "pte_delegate_payloads",
+    "pte_execution_plan",
     "pte_input_dim_orders",
     "rejected_reasons",
 ]
@@ -66,16 +67,22 @@ def pte_delegate_payloads(pte: bytes) -> List[Tuple[str, bytes]]:
     return out
 
 
-def pte_input_dim_orders(pte: bytes, method: str = "forward") -> List[Optional[tuple]]:
-    """Dim order of each input of ``method`` as planned in the .pte (None: not a tensor)."""
+def pte_execution_plan(pte: bytes, method: str = "forward"):
+    """The serialized execution plan of ``method`` (its values, inputs, planned buffer sizes)."""
     program = _deserialize(pte)
     plans = [p for p in program.execution_plan if p.name == method]
     if not plans:
         names = [p.name for p in program.execution_plan]
         raise ValueError(f"the program has no method {method!r} (it has {names})")
+    return plans[0]
+
+
+def pte_input_dim_orders(pte: bytes, method: str = "forward") -> List[Optional[tuple]]:
+    """Dim order of each input of ``method`` as planned in the .pte (None: not a tensor)."""
+    plan = pte_execution_plan(pte, method)
     orders = []
-    for idx in plans[0].inputs:
-        val = plans[0].values[idx].val
+    for idx in plan.inputs:
+        val = plan.values[idx].val
         orders.append(tuple(val.dim_order) if hasattr(val, "dim_order") else None)
     return orders
 

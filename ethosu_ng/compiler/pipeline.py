@@ -24,12 +24,13 @@ from typing import List, Optional, Sequence, Set, Tuple, Union
 
 from torch.export import ExportedProgram
 
+from ethosu_ng import module_profile
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.blob import DelegateBlob
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.compiler.dropped_output import emit_shared_rank4_outputs_nhwc, may_drop_output
 from ethosu_ng.compiler.io_check import check_io
-from ethosu_ng.compiler.tosa_graph import tosa_io
+from ethosu_ng.compiler.tosa_graph import tosa_io, tosa_ops
 from ethosu_ng.partitioning.delegate_io import DelegateIOSpec, declared_io
 from ethosu_ng.vela import compiler as vela_compiler
 from ethosu_ng.vela.compiler import VelaError, VelaResult
@@ -69,6 +70,7 @@ class _Pending:
     pristine: Optional[ExportedProgram]  # kept only where Vela may drop an output
     tosa: bytes
     vela: Future[VelaResult]
+    op_sources: List[dict]  # upstream's record of which FX node each TOSA operator came from
 
 
 def _start(
@@ -82,8 +84,9 @@ def _start(
     # which only a rank-4 output with a consumer inside the partition can need.
     pristine = copy.deepcopy(program) if may_drop_output(program) else None
     _drop_provenance(program)
+    op_sources: List[dict] = []
     with upstream.lowering_context(spec, program):
-        tosa = upstream.lower_to_tosa(program, spec)
+        tosa = upstream.lower_to_tosa(program, spec, op_sources)
     if pool is None:
         fut: Future = Future()
         try:
@@ -92,11 +95,11 @@ def _start(
             fut.set_exception(e)
     else:
         fut = pool.submit(vela_compiler.compile_tosa, tosa, spec, name)
-    return _Pending(name, declared, pristine, tosa, fut)
+    return _Pending(name, declared, pristine, tosa, fut, op_sources)
 
 
 def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
-    tosa, vela = p.tosa, p.vela.result()
+    tosa, vela, op_sources = p.tosa, p.vela.result(), p.op_sources
     nhwc: Set[int] = set()
     if len(vela.outputs) != len(p.declared.outputs):
         nhwc = emit_shared_rank4_outputs_nhwc(p.pristine) if p.pristine is not None else set()
@@ -107,11 +110,13 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
                 sorted(nhwc),
             )
             _drop_provenance(p.pristine)
+            op_sources = []
             with upstream.lowering_context(spec, p.pristine):
-                tosa = upstream.lower_to_tosa(p.pristine, spec)
+                tosa = upstream.lower_to_tosa(p.pristine, spec, op_sources)
             vela = vela_compiler.compile_tosa(tosa, spec, partition=p.name)
     tosa_ins, tosa_outs = tosa_io(tosa)
     io = check_io(p.name, p.declared, tosa_ins, tosa_outs, vela, nhwc)
+    io.layers = module_profile.attribute(vela.layers, tosa_ops(tosa), op_sources)
     blob = DelegateBlob(
         inputs=io.inputs,
         outputs=io.outputs,

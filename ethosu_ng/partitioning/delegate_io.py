@@ -33,6 +33,8 @@ class DelegateIOSpec:
     input_names: List[str] = field(default_factory=list)
     output_names: List[str] = field(default_factory=list)
     vela_summary: Dict[str, str] = field(default_factory=dict)
+    # Vela's layers attributed to modules (module_profile.attribute), for the per-module profile.
+    layers: List[Dict] = field(default_factory=list)
 
 
 def _qparams_of(node: Node) -> Optional[Tuple[float, int]]:

@@ -105,6 +105,7 @@ def cmd_compile(args) -> int:
             system_config=args.system_config,
             memory_mode=args.memory_mode,
             embed_tosa=args.embed_tosa,
+            sram_budget=args.sram_budget,
         )
     except (ValueError, TypeError) as e:
         raise CliError(str(e)) from None
@@ -115,7 +116,9 @@ def cmd_compile(args) -> int:
     except (ValueError, TypeError) as e:
         raise CliError(str(e)) from None
     out = args.output or (args.model.split(":")[-1].replace("/", "_") + ".pte")
-    stages = Stages(["load", "calibrate + quantize", "partition + Vela", "serialize"])
+    stages = Stages(
+        ["load", "calibrate + quantize", "partition + Vela", "serialize", "memory plan"]
+    )
     loaded = stages.run("load", load_model, args.model, args.seed)
     calib = _calibration(args, loaded.example_inputs)
     quantized = stages.run(
@@ -142,11 +145,21 @@ def cmd_compile(args) -> int:
         backend_log.propagate = True
     # Report from the lowered program before serialization rewrites it (memory planning).
     rep = report.build_report(edge, part, b"", spec, args.model, stages.times)
-    pte = stages.run("serialize", lambda: edge.to_executorch().buffer)
+    from ethosu_ng.export import serialize
+
+    pte, _ = stages.run("serialize", serialize, edge, spec)
+    from ethosu_ng.memory_plan import memory_plan
+
+    rep["memory_plan"] = stages.run("memory plan", memory_plan, pte)
     rep["totals"]["pte_bytes"] = len(pte)
     rep["stages_s"] = dict(stages.times)
     with open(out, "wb") as f:
         f.write(pte)
+    emitted = []
+    if args.emit_c:
+        from ethosu_ng.tools.emit_c import c_name, emit_c
+
+        emitted = emit_c(args.emit_c, c_name(out), pte, rep["memory_plan"], os.path.basename(out))
     rep["compile_args"] = {
         "model": args.model,
         "target": args.target,
@@ -156,12 +169,13 @@ def cmd_compile(args) -> int:
         "input_dtype": args.input_dtype,
         "output_dtype": args.output_dtype,
         "cpu_op": args.cpu_op or [],
+        "sram_budget": args.sram_budget,
     }
     rep_path = os.path.splitext(out)[0] + ".report.json"
     with open(rep_path, "w") as f:
         json.dump(rep, f, indent=1)
     print(report.format_text(rep))
-    print(f"\nwrote {out} and {rep_path}")
+    print(f"\nwrote {out} and {rep_path}" + "".join(f", {p}" for p in emitted))
     return 0
 
 
@@ -175,6 +189,16 @@ def cmd_report(args) -> int:
     except (ValueError, json.JSONDecodeError) as e:
         raise CliError(f"{args.file}: not an ethosu_ng .pte or report: {e}") from None
     print(report.format_text(rep))
+    if args.by_module:
+        from ethosu_ng.module_profile import format_table
+
+        if "by_module" not in rep:
+            raise CliError(
+                f"{args.file}: no per-module profile (it lives in the .report.json that "
+                "ethosu-ng compile writes next to the .pte)"
+            )
+        print()
+        print(format_table(rep["by_module"], args.depth, args.top))
     if args.html:
         with open(args.html, "w") as f:
             f.write(html_report.render(rep))
@@ -203,9 +227,10 @@ def cmd_verify(args) -> int:
         pte = f.read()
     from ethosu_ng.adapters import exir
     from ethosu_ng.blob import DelegateBlob
+    from ethosu_ng.compile_spec import BACKEND_ID
 
     for backend, data in exir.pte_delegate_payloads(pte):
-        if backend == "EthosUNGBackend" and DelegateBlob.from_bytes(data).tosa is None:
+        if backend == BACKEND_ID and DelegateBlob.from_bytes(data).tosa is None:
             raise CliError(
                 f"{args.pte}: delegates carry no TOSA graph; compile with --embed-tosa "
                 "to verify on the host (no NPU here)"
@@ -262,6 +287,28 @@ def cmd_verify(args) -> int:
     return 0 if all(v <= args.lsb_budget for v in worst.values()) else EXIT_FAILED
 
 
+_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1 << 20, "mib": 1 << 20}
+
+
+def _bytes_arg(text: str) -> int:
+    """``393216``, ``384KiB``, ``2MiB``, ``512k`` -> bytes."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    unit = m and _UNITS.get(m.group(2).lower())
+    if not m or unit is None or int(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive byte count (e.g. 393216, 384KiB, 2MiB)"
+        )
+    return int(m.group(1)) * unit
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="ethosu-ng", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -287,11 +334,27 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--memory-mode")
     c.add_argument("--embed-tosa", action="store_true", help="embed TOSA for host execution")
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument(
+        "--sram-budget",
+        type=_bytes_arg,
+        metavar="BYTES",
+        help="fail when the SRAM pools exceed this (e.g. 393216, 384KiB, 2MiB)",
+    )
+    c.add_argument(
+        "--emit-c", metavar="DIR", help="also write the .pte and pool sizes as C (.h + .c)"
+    )
     c.set_defaults(func=cmd_compile)
 
     r = sub.add_parser("report", help="summarize a .pte or its report JSON")
     r.add_argument("file")
     r.add_argument("--html", metavar="OUT")
+    r.add_argument("--by-module", action="store_true", help="NPU cycles by nn.Module")
+    r.add_argument(
+        "--depth", type=_positive_int, metavar="N", help="with --by-module: sum to N path levels"
+    )
+    r.add_argument(
+        "--top", type=_positive_int, default=20, metavar="N", help="with --by-module: N rows"
+    )
     r.set_defaults(func=cmd_report)
 
     v = sub.add_parser(

@@ -1,12 +1,15 @@
 """A self-contained HTML page for a compile report: cycles per partition and the NPU/CPU split.
 
-No scripts, no external assets: inline SVG and CSS only, so it renders anywhere (checked in
-headless Chromium by the tests)."""
+No external assets: inline SVG and CSS; the per-module treemap (``html_profile``, when the report
+has ``by_module``) inlines its vendored charting library, so the page renders anywhere, offline
+(checked in headless Chromium by the tests)."""
 
 from __future__ import annotations
 
 import html
 from typing import Any, Dict
+
+from ethosu_ng.tools import html_profile
 
 
 def _bar_chart(delegates) -> str:
@@ -99,6 +102,7 @@ rect.npu {{ fill: #2a7ab0; }} rect.cpu {{ fill: #d9822b; }}
 {_split_bar(t.get("npu_compute_ops") or 0, t.get("cpu_compute_ops") or 0)}
 <h2>NPU cycles per partition</h2>
 {_bar_chart(r["delegates"])}
+{html_profile.render(r["by_module"]) if r.get("by_module") else ""}
 <h2>Delegates</h2>
 <table><tr><th>delegate</th><th>ops</th><th>NPU cycles</th><th>ms</th><th>SRAM KiB</th>
 <th>inputs</th><th>outputs</th></tr>

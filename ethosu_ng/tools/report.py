@@ -10,8 +10,10 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
+from ethosu_ng import module_profile
 from ethosu_ng.adapters import exir
 from ethosu_ng.blob import DelegateBlob
+from ethosu_ng.compile_spec import BACKEND_ID
 from ethosu_ng.io_quantization import io_quantization
 from ethosu_ng.ops import CALL_DELEGATE, is_compute, op_name
 from ethosu_ng.tensor_spec import TensorSpec
@@ -55,12 +57,14 @@ def build_report(
     program = edge.exported_program()
     gm = program.graph_module
     delegates = []
+    profiled = []
     for n in gm.graph.nodes:
         if n.op != "call_function" or n.target is not CALL_DELEGATE:
             continue
         lowered = getattr(gm, n.args[0].target)
         blob = DelegateBlob.from_bytes(lowered.processed_bytes)
         info = (lowered.meta or {}).get("_delegate_info_meta")
+        profiled.append((n.args[0].target, getattr(info, "layers", None) or []))
         ops = [
             op_name(m.target)
             for m in lowered.original_module.graph.nodes
@@ -78,6 +82,8 @@ def build_report(
                 "command_stream_bytes": len(blob.command_stream),
                 "scratch_bytes": blob.scratch_size,
                 "vela": vela_estimates(getattr(info, "vela_summary", {}) or {}),
+                # Vela's layers with their TOSA operator, FX node and module (module_profile).
+                "layers": getattr(info, "layers", None) or [],
             }
         )
     cpu = []
@@ -86,11 +92,14 @@ def build_report(
         if n.op == "call_function" and n.target is not CALL_DELEGATE:
             name = op_name(n.target)
             if is_compute(name):
+                mod = module_profile.node_module(n)
                 cpu.append(
                     {
                         "node": n.name,
                         "op": name,
                         "reason": rep.cpu_reasons.get(n.name, "not supported on the NPU"),
+                        "module": mod[0] if mod else None,
+                        "module_type": mod[1] if mod else None,
                     }
                 )
     npu_ops = sum(d["n_compute_ops"] for d in delegates)
@@ -132,6 +141,8 @@ def build_report(
             for n, why in getattr(rep, "compiler_fallback", {}).items()
         ],
         "program_io": io,
+        # Leaf rows of the per-module profile (module_profile); the tree is in the dotted paths.
+        "by_module": module_profile.by_module(profiled, cpu),
         "totals": {
             "partitions": len(delegates),
             "npu_compute_ops": npu_ops,
@@ -148,7 +159,7 @@ def from_pte(pte: bytes) -> Dict[str, Any]:
     """What a .pte alone tells: each of our delegates' IO table and section sizes."""
     delegates = []
     for k, (backend, data) in enumerate(exir.pte_delegate_payloads(pte)):
-        if backend != "EthosUNGBackend":
+        if backend != BACKEND_ID:
             continue
         blob = DelegateBlob.from_bytes(data)
         delegates.append(
@@ -242,4 +253,8 @@ def format_text(r: Dict[str, Any]) -> str:
         f"partitions {t['partitions']}  NPU op share "
         f"{'-' if share is None else f'{100 * share:.1f}%'}  .pte {_fmt(t['pte_bytes'])} B"
     )
+    if r.get("memory_plan"):
+        from ethosu_ng.memory_plan import format_text as plan_text
+
+        lines += ["", plan_text(r["memory_plan"])]
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.vela.layers import DEBUG_DB_FLAG, VelaLayer, read_debug_db
 from ethosu_ng.vela.process import run_vela
 
 _VELA_MAIN = "import sys; from ethosu.vela.vela import main; sys.exit(main(sys.argv[1:]))"
@@ -61,6 +62,7 @@ class VelaResult:
     inputs: List[VelaTensor]
     outputs: List[VelaTensor]
     summary: Dict[str, str] = field(default_factory=dict)  # Vela's per-network performance CSV row
+    layers: List[VelaLayer] = field(default_factory=list)  # per scheduled layer (vela_layers)
 
 
 def _last_words(text: str, lines: int = 6) -> str:
@@ -74,7 +76,8 @@ def compile_tosa(tosa: bytes, spec: EthosUNGCompileSpec, partition: str = "deleg
         with open(tosa_path, "wb") as f:
             f.write(tosa)
         out_dir = os.path.join(tmp, "out")
-        argv = [*spec.vela_flags(), f"--output-dir={out_dir}", tosa_path]
+        # The debug database carries the per-layer performance and each layer's TOSA operator.
+        argv = [*spec.vela_flags(), DEBUG_DB_FLAG, f"--output-dir={out_dir}", tosa_path]
         run = run_vela(_VELA_MAIN, argv, tmp, spec.vela_timeout_s)
         if run.returncode is None:
             raise VelaError(
@@ -100,6 +103,9 @@ def compile_tosa(tosa: bytes, spec: EthosUNGCompileSpec, partition: str = "deleg
                     rows = list(csv.DictReader(f))
                 if rows:
                     result.summary = dict(rows[0])
+        db = os.path.join(out_dir, "net_debug.xml")
+        if os.path.exists(db):
+            result.layers = read_debug_db(db)
         return result
 
 

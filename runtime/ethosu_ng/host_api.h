@@ -15,8 +15,9 @@
 extern "C" {
 #endif
 
-// Bumped whenever a signature below changes; runtime.py checks it.
-#define ETHOSU_NG_HOST_ABI_VERSION 1
+// Bumped whenever a signature below changes or one is added; runtime.py
+// checks it.
+#define ETHOSU_NG_HOST_ABI_VERSION 2
 
 // Runs one delegate's embedded TOSA flatbuffer. Called by the host NpuDriver
 // with the inputs already in the NPU scratch buffer and the outputs to be
@@ -53,6 +54,50 @@ ETHOSU_NG_EXPORT int ethosu_ng_host_abi_version(void);
 
 // Number of delegate invocations the host driver ran (for tests).
 ETHOSU_NG_EXPORT uint64_t ethosu_ng_host_invoke_count(void);
+
+// What ethosu_ng_host_run_with_pools measured. Byte counts include the
+// alignment padding the allocators inserted (every pool starts 16-byte
+// aligned). Host pointers are 8 bytes: the method allocator figure is for a
+// 64-bit host, a 32-bit Cortex-M needs less.
+typedef struct ethosu_ng_pool_usage {
+  size_t method_allocator_used; // high-water mark of the method allocator
+  size_t temp_allocator_peak; // high-water mark of the temp allocator
+  int error; // the executorch::runtime::Error of the failing step, else 0
+} ethosu_ng_pool_usage;
+
+// Return codes of ethosu_ng_host_run_with_pools: which step failed.
+#define ETHOSU_NG_POOLS_OK 0
+#define ETHOSU_NG_POOLS_BAD_ARGUMENTS 1
+#define ETHOSU_NG_POOLS_LOAD_PROGRAM 2
+#define ETHOSU_NG_POOLS_LOAD_METHOD 3
+#define ETHOSU_NG_POOLS_EXECUTE 4
+
+// Loads `method` of the program in `pte` (kept alive by the caller) the way
+// firmware does, with a MemoryManager over freshly allocated, 16-byte aligned
+// pools of exactly the given sizes: one planned arena per memory-planned
+// buffer (n_arenas must equal the method's count), a method allocator and a
+// temp allocator. With inputs == NULL it only loads (measuring the method
+// allocator); otherwise it copies each input's bytes into the method
+// (set_input), executes, and copies each output's bytes out (outputs in the
+// program's dim order). Returns one of ETHOSU_NG_POOLS_*; on failure a
+// one-line reason is written into err.
+ETHOSU_NG_EXPORT int ethosu_ng_host_run_with_pools(
+    const uint8_t* pte,
+    size_t pte_len,
+    const char* method,
+    const size_t* arena_sizes,
+    size_t n_arenas,
+    size_t method_allocator_size,
+    size_t temp_allocator_size,
+    const void* const* inputs,
+    const size_t* input_bytes,
+    size_t n_inputs,
+    void* const* outputs,
+    const size_t* output_bytes,
+    size_t n_outputs,
+    ethosu_ng_pool_usage* usage,
+    char* err,
+    size_t err_cap);
 
 #ifdef __cplusplus
 } // extern "C"
