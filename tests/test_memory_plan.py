@@ -18,7 +18,8 @@ from conftest import calibration_batches
 from models import SmallCNN
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
-from ethosu_ng.adapters import arm as upstream
+from ethosu_ng.adapters import exir
+from ethosu_ng.compile_spec import BACKEND_ID
 from ethosu_ng.export import lower, quantize, serialize
 from ethosu_ng.memory_plan import (
     PoolRunError,
@@ -52,8 +53,8 @@ def program():
 def _blobs(pte):
     return [
         DelegateBlob.from_bytes(d)
-        for b, d in upstream.pte_delegate_payloads(pte)
-        if b == "EthosUNGBackend"
+        for b, d in exir.pte_delegate_payloads(pte)
+        if b == BACKEND_ID
     ]
 
 
