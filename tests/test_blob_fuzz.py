@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_runtime_ctest import SANITIZER_ENV, _run, configure_sanitize_build
 
-from ethosu_ng.blob import DTYPE_CODES, MAX_RANK, BlobFormatError, DelegateBlob
+from ethosu_ng.blob import DTYPE_CODES, MAX_RANK, REGION_SCRATCH, BlobFormatError, DelegateBlob
 from ethosu_ng.tensor_spec import TensorSpec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,7 +109,9 @@ def valid_blobs(draw):
     placed, cursor = [], 0
     for s in specs:  # scratch offsets with gaps, any alignment
         cursor += draw(st.integers(0, 40))
-        placed.append(TensorSpec(s.dtype, s.shape, s.dim_order, s.scale, s.zero_point, 1, cursor))
+        placed.append(
+            TensorSpec(s.dtype, s.shape, s.dim_order, s.scale, s.zero_point, REGION_SCRATCH, cursor)
+        )
         cursor += s.byte_size
     return DelegateBlob(
         inputs=placed[:n_in],
