@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_runtime_ctest import SANITIZER_ENV, _run, configure_sanitize_build
 
-from ethosu_ng.blob import DTYPE_CODES, MAX_RANK, BlobFormatError, DelegateBlob
+from ethosu_ng.blob import DTYPE_CODES, MAX_RANK, REGION_SCRATCH, BlobFormatError, DelegateBlob
 from ethosu_ng.tensor_spec import TensorSpec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,8 +82,8 @@ def python_verdict(raw: bytes) -> str:
 
 
 def assert_same_verdict(cpp: CppReader, raw: bytes) -> str:
-    py = python_verdict(raw)
-    assert cpp.verdict(raw) == py, f"readers disagree on {raw.hex()}"
+    py, c = python_verdict(raw), cpp.verdict(raw)
+    assert c == py, f"readers disagree: Python {py!r}, C++ {c!r} on {raw.hex()[:512]}..."
     return py
 
 
@@ -109,7 +109,9 @@ def valid_blobs(draw):
     placed, cursor = [], 0
     for s in specs:  # scratch offsets with gaps, any alignment
         cursor += draw(st.integers(0, 40))
-        placed.append(TensorSpec(s.dtype, s.shape, s.dim_order, s.scale, s.zero_point, 1, cursor))
+        placed.append(
+            TensorSpec(s.dtype, s.shape, s.dim_order, s.scale, s.zero_point, REGION_SCRATCH, cursor)
+        )
         cursor += s.byte_size
     return DelegateBlob(
         inputs=placed[:n_in],
@@ -183,6 +185,37 @@ def test_mutations_reach_most_rules(cpp):
             seen.add(verdict.split(" ")[1])
     both = {r for r, (_, readers) in DOC_RULES.items() if readers == "both"}
     assert len(seen & both) >= 0.9 * len(both), sorted(both - seen)
+
+
+def _diff(base: bytes, raw: bytes):
+    return {i: b for i, (a, b) in enumerate(zip(base, raw)) if a != b}
+
+
+def test_readers_agree_on_every_pair_of_defects(cpp):
+    """Both readers stop at the same rule when a blob breaks two: every pair of same-length
+    invalid vectors of one base blob, combined, gets the same verdict from both (random
+    mutations seldom break two rules that are checked in the same place)."""
+    goods = gen_blobs.good_blobs()
+    pairs = 0
+    for base_name in ("conv", "mixed"):
+        base = goods[base_name].to_bytes()
+        diffs = [
+            (rule, _diff(base, raw))
+            for rule, _, raw, misalign in gen_blobs.invalid_vectors(goods)
+            if misalign == 0 and len(raw) == len(base) and raw != base
+        ]
+        # Only the vectors patched from this base: the other base's bytes differ everywhere.
+        diffs = [(rule, d) for rule, d in diffs if len(d) <= 16]
+        for i, (rule_a, a) in enumerate(diffs):
+            for rule_b, b in diffs[i + 1 :]:
+                if rule_a == rule_b or a.keys() & b.keys():
+                    continue
+                data = bytearray(base)
+                for pos, value in {**a, **b}.items():
+                    data[pos] = value
+                assert_same_verdict(cpp, bytes(data))
+                pairs += 1
+    assert pairs >= 800
 
 
 # ------------------------------------------------------------------ Python reader alone
