@@ -27,6 +27,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase, chain
 
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.adapters import exir
+from ethosu_ng.backend import EthosUNGBackend
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.compiler.pipeline import COMPILED, compile_partitions
 from ethosu_ng.ops import NO_COMPUTE_OPS, is_compute, op_name, resolve_op_names
@@ -41,7 +42,8 @@ from ethosu_ng.vela.compiler import VelaError
 
 logger = logging.getLogger(__name__)
 
-BACKEND_ID = "EthosUNGBackend"
+# Importing the class is what lets to_backend find it (among BackendDetails subclasses).
+BACKEND_ID = EthosUNGBackend.__name__
 # Each round moves at least one op per failing partition to the CPU; a model needing more rounds
 # than this is failing for a reason bisection will not fix.
 _MAX_FALLBACK_ROUNDS = 16
