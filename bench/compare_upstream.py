@@ -153,7 +153,7 @@ def lower_ours(ep, target, force_cpu):
 
 def _child(which, program_path, target, force_cpu, queue):
     try:
-        import ethosu_ng  # noqa: F401 - registers the quantized_decomposed ops the program calls
+        import ethosu_ng.ops  # noqa: F401 - defines the quantized_decomposed ops the program calls
 
         ep = torch.export.load(program_path)
         fn = lower_upstream if which == "upstream" else lower_ours

@@ -67,6 +67,9 @@ def node_op_name(node) -> str:
 
 
 # ---------------------------------------------------------------- quantize / dequantize
+# The module defining the quantized_decomposed library: the names below exist once it ran.
+import torch.ao.quantization.fx._decomposed  # noqa: E402, F401
+
 qd = torch.ops.quantized_decomposed
 QUANTIZE_PER_TENSOR = qd.quantize_per_tensor.default
 DEQUANTIZE_PER_TENSOR = qd.dequantize_per_tensor.default

@@ -28,6 +28,9 @@ from torch.fx.passes.operator_support import OperatorSupportBase, chain
 
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.adapters import exir
+
+# Importing the class is what lets to_backend find it (among BackendDetails subclasses).
+from ethosu_ng.backend import EthosUNGBackend  # noqa: F401
 from ethosu_ng.compile_spec import BACKEND_ID, EthosUNGCompileSpec
 from ethosu_ng.compiler.compiled_cache import CompiledCache, attach
 from ethosu_ng.compiler.pipeline import compile_partitions

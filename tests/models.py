@@ -66,3 +66,57 @@ class SmallCNN(nn.Module):
     @staticmethod
     def example():
         return (torch.randn(1, 3, 16, 16),)
+
+
+class SmallConv(nn.Module):
+    """conv3x3 -> relu -> conv1x1 on a non-square 6x10 image, so NCHW and NHWC shapes differ."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.c2(torch.relu(self.c1(x)))
+
+    @staticmethod
+    def example():
+        return (torch.randn(1, 3, 6, 10),)
+
+
+class TinyClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x):
+        y = nn.functional.max_pool2d(self.c(x).relu(), 2)
+        return self.fc(y.flatten(1))
+
+
+class ShiftedWindowAttention(nn.Module):
+    """Swin's shifted-window block in miniature: roll, window partition, attention, reverse."""
+
+    def __init__(self, dim=16, window=4, shift=2, heads=2):
+        super().__init__()
+        self.window, self.shift, self.heads = window, shift, heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):  # (B, H, W, C)
+        b, h, w, c = x.shape
+        ws, nh = self.window, self.heads
+        y = torch.roll(x, shifts=(-self.shift, -self.shift), dims=(1, 2))
+        y = y.view(b, h // ws, ws, w // ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, ws * ws, c)
+        qkv = self.qkv(y).reshape(y.shape[0], ws * ws, 3, nh, c // nh).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        att = (q * (c // nh) ** -0.5) @ k.transpose(-2, -1)
+        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(-1, ws * ws, c)
+        y = (
+            self.proj(y)
+            .view(b, h // ws, w // ws, ws, ws, c)
+            .permute(0, 1, 3, 2, 4, 5)
+            .reshape(b, h, w, c)
+        )
+        return x + torch.roll(y, shifts=(self.shift, self.shift), dims=(1, 2))

@@ -63,3 +63,11 @@ def test_foreign_compile_specs_are_rejected():
 
     with pytest.raises(ValueError, match="EthosUNGPartitioner"):
         EthosUNGCompileSpec.from_compile_specs([CompileSpec("target", b"ethos-u55-128")])
+
+
+def test_backend_id_is_the_backend_class_name():
+    """to_backend finds the backend by class name; the .pte and the C++ runtime by BACKEND_ID."""
+    from ethosu_ng.backend import EthosUNGBackend
+    from ethosu_ng.compile_spec import BACKEND_ID
+
+    assert EthosUNGBackend.__name__ == BACKEND_ID

@@ -52,9 +52,7 @@ def program():
 
 def _blobs(pte):
     return [
-        DelegateBlob.from_bytes(d)
-        for b, d in exir.pte_delegate_payloads(pte)
-        if b == BACKEND_ID
+        DelegateBlob.from_bytes(d) for b, d in exir.pte_delegate_payloads(pte) if b == BACKEND_ID
     ]
 
 

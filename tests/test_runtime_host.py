@@ -14,11 +14,10 @@ References are computed before ``edge.to_executorch()``: that call mutates the e
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
 from conftest import calibration_batches
-from models import AttentionBlock, ConvSplitBmm
+from models import AttentionBlock, ConvSplitBmm, SmallConv
 
-from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
+from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, io_quantization
 from ethosu_ng import runtime as ngrt
 from ethosu_ng.adapters import exir
 from ethosu_ng.export import lower, quantize
@@ -26,22 +25,6 @@ from ethosu_ng.numerics.tosa_reference import run_program_on_tosa
 
 CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
 U55 = "ethos-u55-128"
-
-
-class SmallConv(nn.Module):
-    """conv3x3 -> relu -> conv1x1 on a non-square 6x10 image, so NCHW and NHWC shapes differ."""
-
-    def __init__(self):
-        super().__init__()
-        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
-        self.c2 = nn.Conv2d(8, 4, 1)
-
-    def forward(self, x):
-        return self.c2(torch.relu(self.c1(x)))
-
-    @staticmethod
-    def example():
-        return (torch.randn(1, 3, 6, 10),)
 
 
 class Lowered:
@@ -61,6 +44,8 @@ class Lowered:
         self.tosa_refs = (
             [_as_list(run_program_on_tosa(self.edge, f)) for f in self.feeds] if embed_tosa else []
         )
+        # Step of each output's quantization grid (1 LSB), read before to_executorch() too.
+        self.out_grid = [o.grid_scale for o in io_quantization(self.edge).outputs]
         self.pte = self.edge.to_executorch().buffer
 
     def eager(self, inputs):
@@ -72,7 +57,12 @@ def _as_list(v):
 
 
 def _lsb_ok(got, eager, blob_out):
-    scale = blob_out.scale
+    _within_one_lsb(got, eager, blob_out.scale)
+
+
+def _within_one_lsb(got, eager, scale):
+    """At most one step of the output's quantization grid apart (both lie on it; the slack is
+    float32 rounding of the dequantized values)."""
     assert scale is not None and scale > 0
     assert (got - eager).abs().max().item() <= scale * 1.0001 + 1e-7
 
@@ -175,8 +165,6 @@ def _images(n, seed, channels_last=False):
 def test_integer_program_io(host, in_dtype, out_dtype, channels_last):
     """Integer program IO: the program inputs go straight into the delegate (uint8 as Byte),
     the delegate's integer outputs are the program outputs; no CPU op at the edges."""
-    from ethosu_ng import io_quantization
-
     torch.manual_seed(0)
     x = _images(1, 0, channels_last)[0]
     spec = EthosUNGCompileSpec(U55, embed_tosa=True)
@@ -223,9 +211,14 @@ def test_cpu_break(host, cls):
         assert ngrt.delegate_invocations() == n0 + len(low.blobs)
         eager = low.eager(feed)
         assert len(got) == len(tosa_ref) == len(eager)
-        for g, r, e in zip(got, tosa_ref, eager):
+        for g, r, e, grid in zip(got, tosa_ref, eager, low.out_grid):
             assert torch.equal(g, r)
-            assert torch.allclose(g, e, atol=0.05 * e.abs().max().item() + 1e-6)
+            # g is the program on the TOSA reference, bit for bit (above). Against the eager
+            # quantized model: 1 LSB of the output's grid, the per-delegate contract (an integer
+            # rescale and a float round may differ on a tie). The CPU bmm requantizes delegate
+            # outputs, so a tie upstream of it could cost more; these seeds hit none. Measured:
+            # 0 LSB on every output of both models (a 5 %-of-range bound would allow 5 to 8).
+            _within_one_lsb(g, e, grid)
 
 
 # ------------------------------------------------------------------ hostile

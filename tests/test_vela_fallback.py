@@ -170,7 +170,7 @@ def test_real_vela_segfault_falls_back(monkeypatch):
     """Real Vela 5.1.0 on a shifted-window attention block for U55, without the rewrite and the
     predictive limit that normally avoid the crashing slice: Vela segfaults, the search finds
     the op."""
-    from test_roll import ShiftedWindowAttention
+    from models import ShiftedWindowAttention
 
     from ethosu_ng.partitioning.target_limits import TargetLimits
     from ethosu_ng.passes import SliceOnMergedAxisPass

@@ -97,8 +97,9 @@ def cmd_compile(args) -> int:
     from ethosu_ng import EthosUNGCompileSpec
     from ethosu_ng.export import lower, quantize
     from ethosu_ng.tools import report
-    from ethosu_ng.tools.model_source import load_model
+    from ethosu_ng.tools.model_source import check_model_spec, load_model
 
+    check_model_spec(args.model)  # a bad MODEL is an error before any stage starts
     try:
         spec = EthosUNGCompileSpec(
             args.target,
@@ -368,11 +369,26 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _quiet_third_party() -> None:
+    """Hide what the libraries we import say on their own (torch logs _pytree deprecation
+    warnings when torchao registers its enums; deprecation notices): not actionable for a user
+    of this command. ``--debug`` shows them."""
+    import warnings
+
+    import torch  # noqa: F401 - torch sets its loggers' levels on import; ours must come after
+
+    for name in ("torch", "torchao", "executorch", "timm", "torchvision"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     if not args.debug:
         logging.getLogger().setLevel(logging.ERROR)
+        _quiet_third_party()
     try:
         return args.func(args)
     except CliError as e:

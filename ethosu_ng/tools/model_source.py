@@ -25,47 +25,65 @@ class LoadedModel:
     example_inputs: Tuple[torch.Tensor, ...]
 
 
+def check_model_spec(spec: str) -> None:
+    """What can be checked without building the model: the spec's form, its source, that the
+    named model or file exists. Raises ModelSourceError (cheap: a command line calls it before
+    any work starts)."""
+    kind, name = _split(spec)
+    if kind == "timm":
+        if name not in _import("timm", name).list_models():
+            raise ModelSourceError(f"timm:{name}: no such timm model")
+    elif kind == "torchvision":
+        if name.lower() not in _import("torchvision", name).models.list_models():
+            raise ModelSourceError(f"torchvision:{name}: no such torchvision model")
+    elif not os.path.isfile(kind):
+        raise ModelSourceError(f"{kind}: no such file")
+
+
 def load_model(spec: str, seed: int = 0) -> LoadedModel:
-    if not isinstance(spec, str) or ":" not in spec:
-        raise ModelSourceError(
-            f"model {spec!r}: expected timm:NAME, torchvision:NAME or path/to/file.py:factory"
-        )
-    kind, _, name = spec.partition(":")
+    check_model_spec(spec)
+    kind, name = _split(spec)
     torch.manual_seed(seed)
     if kind == "timm":
         model, x = _timm(name)
     elif kind == "torchvision":
         model, x = _torchvision(name)
-    elif kind.endswith(".py") or os.path.sep in kind:
-        model, x = _factory(kind, name)
     else:
-        raise ModelSourceError(
-            f"model {spec!r}: unknown source {kind!r} (timm, torchvision or a .py file)"
-        )
+        model, x = _factory(kind, name)
     return LoadedModel(spec, model.eval(), x)
 
 
-def _timm(name: str):
+def _split(spec: str) -> Tuple[str, str]:
+    if not isinstance(spec, str) or ":" not in spec:
+        raise ModelSourceError(
+            f"model {spec!r}: expected timm:NAME, torchvision:NAME or path/to/file.py:factory"
+        )
+    kind, _, name = spec.partition(":")
+    if kind not in ("timm", "torchvision") and not (kind.endswith(".py") or os.path.sep in kind):
+        raise ModelSourceError(
+            f"model {spec!r}: unknown source {kind!r} (timm, torchvision or a .py file)"
+        )
+    return kind, name
+
+
+def _import(package: str, name: str):
     try:
-        import timm
+        return importlib.import_module(package)
     except ImportError as e:
         raise ModelSourceError(
-            f"timm:{name}: timm is not installed (pip install 'ethosu_ng[zoo]')"
+            f"{package}:{name}: {package} is not installed (pip install 'ethosu_ng[zoo]')"
         ) from e
-    if name not in timm.list_models():
-        raise ModelSourceError(f"timm:{name}: no such timm model")
-    model = timm.create_model(name, pretrained=False)
+
+
+def _timm(name: str):
+    model = _import("timm", name).create_model(name, pretrained=False)
     size = tuple(model.pretrained_cfg.get("input_size", (3, 224, 224)))
     return model, (torch.randn(1, *size),)
 
 
 def _torchvision(name: str):
     try:
-        import torchvision
-    except ImportError as e:
-        raise ModelSourceError(f"torchvision:{name}: torchvision is not installed") from e
-    try:
-        model = torchvision.models.get_model(name, weights=None)
+        model = _import("torchvision", name).models.get_model(name, weights=None)
     except (ValueError, KeyError) as e:
         raise ModelSourceError(f"torchvision:{name}: no such torchvision model") from e
     size = 299 if name.startswith("inception") else 224
@@ -73,8 +91,6 @@ def _torchvision(name: str):
 
 
 def _factory(path: str, func: str):
-    if not os.path.exists(path):
-        raise ModelSourceError(f"{path}: no such file")
     mod_spec = importlib.util.spec_from_file_location("ethosu_ng_user_model", path)
     module = importlib.util.module_from_spec(mod_spec)
     try:

@@ -14,29 +14,18 @@ import os
 import sys
 
 import torch
-import torch.nn as nn
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests"))
 sys.path.insert(0, os.path.join(REPO, "runtime", "tests"))
 
+from models import SmallConv  # noqa: E402
+
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec  # noqa: E402
 from ethosu_ng.export import lower, quantize  # noqa: E402
 
 CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
-
-
-class SmallConv(nn.Module):
-    """conv3x3 -> relu -> conv1x1 on a non-square 6x10 image (NCHW and NHWC shapes differ)."""
-
-    def __init__(self):
-        super().__init__()
-        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
-        self.c2 = nn.Conv2d(8, 4, 1)
-
-    def forward(self, x):
-        return self.c2(torch.relu(self.c1(x)))
 
 
 def _calib(example, n=4, seed=1):

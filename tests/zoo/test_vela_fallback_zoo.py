@@ -4,16 +4,17 @@ segfaults (upstream 1.5.1's in-process Vela kills the interpreter).
 Normally nothing reaches Vela that crashes it: passes/slice_on_merged_axis.py rewrites the rank-5
 slices, and TargetLimits keeps what still would crash on the CPU. Here both are switched off, so
 real Vela crashes and the partitioner's culprit search has to find the ops and fall back. The
-export must survive, produce a .pte with zero float boundary tensors, list every op moved because
-of Vela (with Vela's words), and every delegate must be within 1 LSB of the quantized graph
-evaluated in float64 (op_numerics; the float32 eager model is too noisy a referee on deep
-partitions, see op_numerics' docstring).
+export must survive with zero float boundary tensors, list every op moved because of Vela (with
+Vela's words), every delegate must be within 1 LSB of the quantized graph evaluated in float64
+(op_numerics; the float32 eager model is too noisy a referee on deep partitions, see
+op_numerics' docstring), and the .pte must carry exactly the lowered delegates.
 """
 
 import time
 
 import pytest
 import torch
+from _pte import assert_pte_carries, lowered_delegates
 from _tools import require_tool
 
 from ethosu_ng import EthosUNGCompileSpec
@@ -63,4 +64,4 @@ def test_real_vela_crash_falls_back_to_cpu(monkeypatch, name, size):
     worst = {r.name: r.lowering_worst for r in lowering}
     print("TOSA vs float64 evaluation, worst per delegate:", max(worst.values()))
     assert all(v <= 1 for v in worst.values()), {k: v for k, v in worst.items() if v > 1}
-    assert len(edge.to_executorch().buffer) > 0
+    assert_pte_carries(lowered_delegates(edge), edge.to_executorch().buffer)

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from _pte import assert_pte_carries, lowered_delegates
 from _tools import require_tool
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
@@ -32,5 +33,4 @@ def test_mobilenet_v2_is_one_delegate(target):
     assert blob.inputs[0].shape == (1, 3, 224, 224) and blob.inputs[0].dtype == torch.int8
     assert blob.outputs[0].shape == (1, 1000) and blob.outputs[0].dtype == torch.int8
     assert len(blob.weights) > 2_000_000  # 3.5M parameters, int8 + Vela encoding
-    pte = edge.to_executorch()
-    assert len(pte.buffer) > len(blob.weights)
+    assert_pte_carries(lowered_delegates(edge), edge.to_executorch().buffer)

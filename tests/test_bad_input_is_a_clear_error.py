@@ -48,26 +48,39 @@ def test_float_model_delegates_nothing_and_stays_runnable(caplog):
         edge = to_edge_transform_and_lower(torch.export.export(model, x), partitioner=[part])
     assert "nothing to delegate" in caplog.text and "EthosUNGQuantizer" in caplog.text
     assert part.report.partitions == {}
-    assert part.report.cpu_reasons  # every CPU node has a reason
+    # Every CPU node has a reason, and for the ops the NPU runs once quantized it is the cause
+    # (never quantized), not the catch-all the partitioner falls back to.
+    reasons, targets = part.report.cpu_reasons, part.report.cpu_targets
+    assert set(reasons) == set(targets)
+    npu_ops = {"aten.convolution.default", "aten.relu.default", "aten.add.Tensor", "aten.mean.dim"}
+    assert npu_ops <= set(targets.values())
+    for name, op in targets.items():
+        if op in npu_ops:
+            assert "not marked as quantized" in reasons[name], (name, reasons[name])
     pte = edge.to_executorch().buffer
     method = Runtime.get().load_program(pte).load_method("forward")
     out = method.execute(list(x))[0]
     torch.testing.assert_close(out, model(*x), rtol=1e-4, atol=1e-4)
 
 
-def _vela(elem_sizes_in, elem_sizes_out, shape=(1, 1, 1, 1, 2, 4)):
-    def t(e):
-        return VelaTensor(shape, e, 1, 0)
+def _vela(elem_sizes_in, elem_sizes_out, shape=(1, 1, 1, 1, 2, 4), offsets=(0, 0)):
+    def t(e, offset):
+        return VelaTensor(shape, e, 1, offset)
 
     return VelaResult(
-        b"", b"", 64, 0, [t(e) for e in elem_sizes_in], [t(e) for e in elem_sizes_out]
+        b"",
+        b"",
+        64,
+        0,
+        [t(e, offsets[0]) for e in elem_sizes_in],
+        [t(e, offsets[1]) for e in elem_sizes_out],
     )
 
 
 def _declared(dtype_in, dtype_out):
     return DelegateIOSpec(
         [TensorSpec(dtype_in, (2, 4), (0, 1), 0.1, 0)],
-        [TensorSpec(dtype_out, (2, 4), (0, 1), 0.1, 0)],
+        [TensorSpec(dtype_out, (2, 4), (0, 1), 0.25, -3)],
         ["x_q"],
         ["view_copy_3"],
     )
@@ -102,7 +115,19 @@ def test_preprocess_check_catches_shape_and_count():
 
 
 def test_preprocess_check_passes_and_places_io():
+    """A passing check returns the declared dtype/shape/qparams of each tensor, placed where
+    Vela put that same tensor (distinct offsets: a swap or a dropped placement shows)."""
     declared = _declared(torch.int8, torch.int8)
     tosa = [TosaTensorInfo("t", DType.INT8, (2, 4))]
-    io = check_io("p", declared, tosa, tosa, _vela([1], [1]))
-    assert io.inputs[0].region == 1 and io.outputs[0].dtype == torch.int8
+    io = check_io("p", declared, tosa, tosa, _vela([1], [1], offsets=(48, 96)))
+    for got, want, offset in (
+        (io.inputs[0], declared.inputs[0], 48),
+        (io.outputs[0], declared.outputs[0], 96),
+    ):
+        assert (got.dtype, got.shape, got.scale, got.zero_point) == (
+            want.dtype,
+            want.shape,
+            want.scale,
+            want.zero_point,
+        )
+        assert got.offset == offset
