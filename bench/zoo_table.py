@@ -37,10 +37,10 @@ def compile_one(model_spec: str, target: str) -> dict:
     import torch
 
     from ethosu_ng import EthosUNGCompileSpec, report
-    from ethosu_ng.module_profile import unmapped_share
     from ethosu_ng.boundary import float_boundary_tensors
     from ethosu_ng.export import lower, quantize
     from ethosu_ng.model_source import load_model
+    from ethosu_ng.module_profile import unmapped_share
     from ethosu_ng.tosa_reference import check_delegates
 
     t0 = time.time()
