@@ -38,6 +38,7 @@ def compile_one(model_spec: str, target: str) -> dict:
 
     from ethosu_ng import EthosUNGCompileSpec
     from ethosu_ng.export import lower, quantize
+    from ethosu_ng.module_profile import unmapped_share
     from ethosu_ng.numerics.tosa_reference import check_delegates
     from ethosu_ng.partitioning.boundary import float_boundary_tensors
     from ethosu_ng.tools import report
@@ -83,6 +84,8 @@ def compile_one(model_spec: str, target: str) -> dict:
         "worst_lsb": worst,
         "delegates_within_1lsb": exact,
         "cpu_ops": sorted({c["op"] for c in rep["cpu_ops"]}),
+        # NPU cycles the per-module profile could not give a module (module_profile).
+        "unmapped_cycle_share": unmapped_share(rep["by_module"]),
     }
 
 

@@ -143,11 +143,14 @@ def _measure(pte: bytes, plan: Dict[str, Any], method: str) -> Dict[str, Any]:
             pte, plan["planned_arenas"], _MEASURE_CAP, _MEASURE_CAP, zeros, method=method
         )
         out["temp_allocator_host_peak"] = usage.temp_allocator_peak
-        temp = max(temp, usage.temp_allocator_peak)
-        out["temp_allocator"] = temp
+        # The host registers no fast-scratch area: the peak is the "without" figure, and the
+        # one with a fast area only when there is no fast scratch at all.
         out["temp_allocator_without_fast_area"] = max(
             plan["temp_allocator_without_fast_area"], usage.temp_allocator_peak
         )
+        if plan["fast_scratch"] == 0:
+            temp = max(temp, usage.temp_allocator_peak)
+            out["temp_allocator"] = temp
     _, usage = run_with_pools(pte, plan["planned_arenas"], _MEASURE_CAP, temp, method=method)
     out["method_allocator"] = usage.method_allocator_used
     out["method_allocator_note"] = METHOD_ALLOCATOR_NOTE

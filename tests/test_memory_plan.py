@@ -89,6 +89,45 @@ def test_exact_pools_run_and_one_byte_less_fails(program):
     assert e.value.step == "load method"
 
 
+def test_u65_fast_scratch_from_a_registered_area_or_from_the_temp_allocator():
+    """U65 Dedicated_Sram: Vela's fast scratch either comes from a fast area the firmware
+    registers (temp allocator = scratch) or from the temp allocator (scratch, aligned, + fast)."""
+    import ctypes
+
+    from ethosu_ng.runtime import load_host_runtime
+
+    spec = EthosUNGCompileSpec("ethos-u65-256", embed_tosa=True)
+    example = SmallCNN.example()
+    q = quantize(SmallCNN().eval(), example, spec, calibration=calibration_batches(example, n=1))
+    edge, _ = lower(q, example, spec)
+    pte, _ = serialize(edge, spec)
+    plan = memory_plan(pte)
+    fast, t, t_nofast = (
+        plan["fast_scratch"],
+        plan["temp_allocator"],
+        plan["temp_allocator_without_fast_area"],
+    )
+    assert fast > 0 and t_nofast == temp_need(t, fast, True) > t
+    assert plan["temp_allocator_host_peak"] == t_nofast
+    (x,) = example
+    arenas, m = plan["planned_arenas"], plan["method_allocator"]
+    want = run_with_pools(pte, arenas, m, t_nofast, [x.numpy()])[0]
+    with pytest.raises(PoolRunError, match="temp allocator exhausted"):
+        run_with_pools(pte, arenas, m, t_nofast - 1, [x.numpy()])
+    lib = load_host_runtime()
+    area = (ctypes.c_uint8 * fast)()
+    lib.ethosu_ng_set_fast_scratch.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    lib.ethosu_ng_set_fast_scratch(ctypes.addressof(area), fast)
+    try:
+        got, usage = run_with_pools(pte, arenas, m, t, [x.numpy()])
+        assert usage.temp_allocator_peak == t
+        assert np.array_equal(got[0], want[0])
+        with pytest.raises(PoolRunError, match="temp allocator exhausted"):
+            run_with_pools(pte, arenas, m, t - 1, [x.numpy()])
+    finally:
+        lib.ethosu_ng_set_fast_scratch(None, 0)
+
+
 def test_temp_need_orders_scratch_then_fast():
     assert temp_need(1000, 0, True) == 1000
     assert temp_need(1000, 64, False) == 1000
