@@ -1,7 +1,8 @@
 """EthosUNGQuantizer: PT2E quantizer for Ethos-U (symmetric int8 by default).
 
 A thin layer over upstream's EthosUQuantizer (its annotators are right); what we add is the
-program-IO dtype choice. uint8 lives only at the program's IO: inside every delegate tensors are
+program-IO dtype choice, and alias spellings of annotated ops rewritten so they are annotated
+(``annotation_aliases``). uint8 lives only at the program's IO: inside every delegate tensors are
 int8 and the unsigned conversion is a RESCALE at the entry/exit.
 """
 
@@ -12,6 +13,7 @@ from typing import Optional
 import torch
 
 from ethosu_ng.adapters import arm as upstream
+from ethosu_ng.annotation_aliases import canonicalize_aliases
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.passes.integer_program_io import IO_META_KEY
 
@@ -60,6 +62,13 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
             self.set_node_finder(upstream.get_uint8_io_quantization_config(), inputs_finder)
         if output_dtype == torch.uint8:
             self.set_node_finder(upstream.get_uint8_io_quantization_config(), outputs_finder)
+
+    def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        model = super().transform_for_annotation(model)
+        # Ops upstream annotates under another spelling (clamp_min, expand_as, ...) would stay
+        # float between quantized neighbours and split the partition.
+        canonicalize_aliases(model)
+        return model
 
     def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
         model = super().annotate(model)
