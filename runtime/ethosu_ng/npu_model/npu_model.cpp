@@ -1124,6 +1124,16 @@ Error Model::op_elementwise() {
   const int opa_shift = p1(SET_OPA_SCALE) & 0x3f;
   const uint32_t opb_scale = d1(SET_OPB_SCALE);
 
+  // 32-bit operand scaling (OPA_32 / OPB_32): the scaled operand goes through
+  // OPA_SCALE with rounding, the other one is multiplied by the fixed power of
+  // two Vela's "advanced" add/sub scaling assumes (2^(input_shift - 1):
+  // input_shift 20 for 8-bit, 15 for 16-bit inputs).
+  const int unscaled_shift = ifm.bits == 16 ? 14 : 19;
+  if ((m == Elementwise::kAdd || m == Elementwise::kSub) && scale_mode != 0 && ifm.bits == 32) {
+    return fail(Error::NotSupported,
+                "elementwise %s with 32-bit inputs and IFM scale mode %d not modelled",
+                elementwise_name(mode), scale_mode);
+  }
   std::vector<int32_t> a, b;
   e = read_dense(ifm, a);
   if (e != Error::Ok) {
@@ -1163,8 +1173,10 @@ Error Model::op_elementwise() {
               vb *= static_cast<int64_t>(opb_scale & 0xffff);
             } else if (scale_mode == 1) {
               va = scale_round(va, opa_scale, opa_shift, ifm_round);
+              vb *= int64_t{1} << unscaled_shift;
             } else {
               vb = scale_round(vb, opa_scale, opa_shift, ifm_round);
+              va *= int64_t{1} << unscaled_shift;
             }
             const int64_t s = m == Elementwise::kAdd ? va + vb : va - vb;
             r = scale_round(s, ofm_scale, ofm_shift, ofm_round_);
