@@ -981,15 +981,18 @@ Error Model::op_pool() {
   }
   ifm.h = (ofm.h - 1) * stride_y + kh - pt - pb;
   ifm.w = (ofm.w - 1) * stride_x + kw - pl - pr;
-  // Reduce-sum sums over the IFM depth? No: it sums over the kernel like
-  // average pooling, per channel.
-  ifm.c = ofm.c;
+  // Max and average pooling work per channel; reduce-sum adds up the kernel
+  // window over every IFM channel into a single OFM channel.
+  ifm.c = mode == 2 ? p0(SET_IFM_DEPTH_M1) + 1 : ofm.c;
+  if (mode == 2 && ofm.c != 1) {
+    return fail(Error::NotSupported, "reduce-sum into OFM depth %d (only 1 modelled)", ofm.c);
+  }
   if (ifm.h <= 0 || ifm.w <= 0) {
     return fail(Error::InvalidProgram,
                 "padding (t %d b %d l %d r %d) leaves no IFM for OFM %d x %d, kernel %d x %d", pt,
                 pb, pl, pr, ofm.h, ofm.w, kh, kw);
   }
-  const uint64_t work = static_cast<uint64_t>(ofm.h) * ofm.w * ofm.c * kh * kw;
+  const uint64_t work = static_cast<uint64_t>(ofm.h) * ofm.w * ifm.c * kh * kw;
   if (work > kMaxMacs || static_cast<uint64_t>(ofm.h) * ofm.w * ofm.c > kMaxElements) {
     return fail(Error::NotSupported, "pooling of %llu kernel elements exceeds the model's limit",
                 static_cast<unsigned long long>(work));
@@ -1036,11 +1039,15 @@ Error Model::op_pool() {
             if (ix < 0 || ix >= ifm.w) {
               continue;
             }
-            const int64_t v = in[(static_cast<size_t>(iy) * ifm.w + ix) * ifm.c + c];
+            const int32_t* px = &in[(static_cast<size_t>(iy) * ifm.w + ix) * ifm.c];
             if (mode == 0) {
-              acc = any ? std::max(acc, v) : v;
+              acc = any ? std::max(acc, int64_t{px[c]}) : int64_t{px[c]};
+            } else if (mode == 1) {
+              acc += px[c];
             } else {
-              acc += v;
+              for (int ic = 0; ic < ifm.c; ++ic) {
+                acc += px[ic];
+              }
             }
             any = true;
           }
