@@ -128,22 +128,31 @@ def _streams(payload: bytes, weights_len: int):
     _, words = _cmd_stream(payload)
     r0: Dict[int, int] = {}
     r1: Dict[int, int] = {}
-    copies = {}  # scratch address -> weights-region address
+    copies = {}  # (region, address) -> (weights-region address, length) of the last DMA there
     out = []
     for _, _, op, is1, param, data in _commands(words):
         if is1:
             r1[op] = data
         elif op == OP_DMA_START:
-            if r0.get(DMA_SRC_REGION, 0) & 0xFF == 0 and r0.get(DMA_DST_REGION, 0) & 0x1FF == 1:
-                copies[r1[DMA_DST]] = r1[DMA_SRC]
+            dst_region = r0.get(DMA_DST_REGION, 0) & 0x1FF
+            if r0.get(DMA_SRC_REGION, 0) & 0xFF == 0 and dst_region in (1, 2):
+                copies[(dst_region, r1[DMA_DST])] = (r1[DMA_SRC], r1[DMA_LEN])
         elif op in (OP_CONV, OP_DEPTHWISE):
             for kind, reg, base, length in (
                 ("weights", WEIGHT_REGION, WEIGHT_BASE, WEIGHT_LENGTH),
                 ("scales", SCALE_REGION, SCALE_BASE, SCALE_LENGTH),
             ):
                 addr, n = r1[base], r1[length]
-                if r0[reg] & 7 == 1:
-                    addr = copies.get(addr)
+                region = r0[reg] & 7
+                if region != 0:
+                    addr = next(
+                        (
+                            src + addr - dst
+                            for (r, dst), (src, ln) in copies.items()
+                            if r == region and dst <= addr < dst + ln
+                        ),
+                        None,
+                    )
                 if addr is not None and addr + n <= weights_len:
                     out.append((kind, addr, n))
         else:
