@@ -447,9 +447,7 @@ def npu_model_run(
     lib = load_host_runtime()
     payload, weights = bytes(payload), bytes(weights)
     sbuf = (ctypes.c_uint8 * max(len(scratch), 1)).from_buffer(scratch) if scratch else None
-    fbuf = (
-        (ctypes.c_uint8 * len(fast_scratch)).from_buffer(fast_scratch) if fast_scratch else None
-    )
+    fbuf = (ctypes.c_uint8 * len(fast_scratch)).from_buffer(fast_scratch) if fast_scratch else None
     err = ctypes.create_string_buffer(1024)
     rc = lib.ethosu_ng_npu_model_run(
         payload,
@@ -468,10 +466,11 @@ def npu_model_run(
 
 
 def npu_model_stats() -> dict:
-    """Counters of the last NPU-model run: commands, ops, dmas, macs."""
-    out = (ctypes.c_uint64 * 4)()
+    """Counters of the last NPU-model run: commands, ops, dmas, macs, aliased_ofm_ops."""
+    out = (ctypes.c_uint64 * 5)()
     load_host_runtime().ethosu_ng_npu_model_stats(out)
-    return dict(zip(("commands", "ops", "dmas", "macs"), (int(v) for v in out)))
+    names = ("commands", "ops", "dmas", "macs", "aliased_ofm_ops")
+    return dict(zip(names, (int(v) for v in out)))
 
 
 def mlw_decode(stream: bytes) -> np.ndarray:

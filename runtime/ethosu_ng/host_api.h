@@ -81,8 +81,9 @@ ETHOSU_NG_EXPORT int ethosu_ng_npu_model_run(
     size_t err_cap);
 
 // Counters of the last NPU-model run in this process (either path):
-// out[0] commands, out[1] kernel ops, out[2] DMAs, out[3] MACs.
-ETHOSU_NG_EXPORT void ethosu_ng_npu_model_stats(uint64_t out[4]);
+// out[0] commands, out[1] kernel ops, out[2] DMAs, out[3] MACs, out[4]
+// kernels whose OFM tiles alias (later writes overwrite earlier ones).
+ETHOSU_NG_EXPORT void ethosu_ng_npu_model_stats(uint64_t out[5]);
 
 // Decodes one compressed weight stream. Writes at most out_cap weights and
 // returns how many the stream holds, or -1 with a message in err.

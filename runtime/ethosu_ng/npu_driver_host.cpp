@@ -24,13 +24,14 @@ namespace {
 std::atomic<ethosu_ng_tosa_callback> g_callback{nullptr};
 std::atomic<uint64_t> g_invokes{0};
 std::atomic<int> g_npu_mode{ETHOSU_NG_NPU_TOSA};
-std::atomic<uint64_t> g_stats[4];
+std::atomic<uint64_t> g_stats[5];
 
 void store_stats(const npu_model::Stats& st) {
   g_stats[0].store(st.commands);
   g_stats[1].store(st.ops);
   g_stats[2].store(st.dmas);
   g_stats[3].store(st.macs);
+  g_stats[4].store(st.aliased_ofm_ops);
 }
 
 Error run_model(
@@ -209,8 +210,8 @@ int ethosu_ng_npu_model_run(
   return static_cast<int>(e);
 }
 
-void ethosu_ng_npu_model_stats(uint64_t out[4]) {
-  for (int i = 0; i < 4; ++i) {
+void ethosu_ng_npu_model_stats(uint64_t out[5]) {
+  for (int i = 0; i < 5; ++i) {
     out[i] = ethosu_ng::g_stats[i].load();
   }
 }

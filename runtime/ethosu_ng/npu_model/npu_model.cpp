@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace ethosu_ng {
@@ -194,6 +195,21 @@ class Model {
   }
 
   Error execute_stream(const uint8_t* words, size_t nwords, size_t first_index);
+  // ETHOSU_NG_NPU_MODEL_TRACE=1 prints every operation's feature maps.
+  void trace(const char* op, const FeatureMap& f) const {
+    if (!trace_) {
+      return;
+    }
+    fprintf(stderr,
+            "npu_model: cmd %zu %s %s r%d h%d w%d c%d bits%d%s%s zp%d tiles h0 %d h1 %d w0 %d "
+            "base %llu %llu %llu %llu stride y%lld x%lld c%lld\n",
+            cmd_index_, op, f.name, f.region, f.h, f.w, f.c, f.bits, f.is_signed ? "s" : "u",
+            f.brick ? " NHCWB16" : "", f.zp, f.h0, f.h1, f.w0,
+            static_cast<unsigned long long>(f.base[0]), static_cast<unsigned long long>(f.base[1]),
+            static_cast<unsigned long long>(f.base[2]), static_cast<unsigned long long>(f.base[3]),
+            static_cast<long long>(f.sy), static_cast<long long>(f.sx), static_cast<long long>(f.sc));
+  }
+  bool trace_ = std::getenv("ETHOSU_NG_NPU_MODEL_TRACE") != nullptr;
   Error op_conv(bool depthwise);
   Error op_pool();
   Error op_elementwise();
@@ -552,6 +568,7 @@ int64_t load(const uint8_t* p, int esize, bool is_signed) {
 
 // All f.h x f.w x f.c elements, zero point subtracted, dense HWC.
 Error Model::read_dense(const FeatureMap& f, std::vector<int32_t>& out) {
+  trace(cmd_name_, f);
   const uint64_t n = static_cast<uint64_t>(f.h) * f.w * f.c;
   if (n > kMaxElements) {
     return fail(Error::NotSupported, "%s of %d x %d x %d elements exceeds the model's limit",
@@ -576,6 +593,14 @@ Error Model::read_dense(const FeatureMap& f, std::vector<int32_t>& out) {
 
 // Decodes ACTIVATION / ACTIVATION_MIN / ACTIVATION_MAX and the OFM rounding.
 Error Model::output_setup(const FeatureMap& ofm) {
+  trace(cmd_name_, ofm);
+  // Two OFM tiles at the same base: distinct coordinates share addresses and
+  // the later write wins. Executed as written, but counted: Vela 5.1.0 emits
+  // this for some matmuls (docs/npu-model.md, "Vela-vs-TOSA deviations").
+  if (stats_ && ((ofm.w > ofm.w0 && ofm.base[1] == ofm.base[0]) ||
+                 (ofm.h > ofm.h0 && ofm.base[2] == ofm.base[0]))) {
+    ++stats_->aliased_ofm_ops;
+  }
   const uint16_t act = p0(SET_ACTIVATION);
   const int fn = act & 0xfff;
   const int clip = (act >> 12) & 0xf;

@@ -38,6 +38,9 @@ struct Stats {
   uint64_t ops = 0; // NPU_OP_* kernels executed (not DMA)
   uint64_t dmas = 0;
   uint64_t macs = 0; // multiply-accumulates of conv/depthwise/FC kernels
+  // Kernels whose OFM tiles share a base address, so that later elements
+  // overwrite earlier ones (see docs/npu-model.md).
+  uint64_t aliased_ofm_ops = 0;
 };
 
 // Runs a whole driver payload. `msg` (capacity `msg_cap`, may be null)
