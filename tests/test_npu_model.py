@@ -84,8 +84,9 @@ def test_npu_model_bit_exact_to_tosa(name, target):
             )
 
 
-def test_vela_deviation_matmul_over_aliased_ofm_tiles():
-    """Pinned Vela 5.1.0 (regor) deviation on ethos-u55-128, found by the NPU model.
+@pytest.mark.parametrize("target", TARGETS)
+def test_vela_deviation_matmul_over_aliased_ofm_tiles(target):
+    """Pinned Vela 5.1.0 (regor) deviation on both targets, found by the NPU model.
 
     ConvSplitBmm: conv -> split -> bmm(a, a^T) with a = one half of the split. Vela lowers the
     matmul to MUL + REDUCE_SUM per RHS row, each over an OFM area 8 columns wide whose buffer
@@ -95,14 +96,15 @@ def test_vela_deviation_matmul_over_aliased_ofm_tiles():
     the aliased columns instead (an experiment, not in the model) makes it bit-exact, which is
     how the cause was confirmed. If this test fails, Vela changed: re-check and update the docs.
     """
-    pte, blobs, example = _compiled("conv_split_bmm", "ethos-u55-128")
-    scale = blobs[0].outputs[0].scale
+    pte, blobs, example = _compiled("conv_split_bmm", target)
     inputs = _inputs(example, 0)
     got = rt.run_pte(pte, inputs, npu="model")
     stats = rt.npu_model_stats()
     want = rt.run_pte(pte, inputs, npu="tosa")
     assert stats["aliased_ofm_ops"] >= 4
+    scale = next(o.scale for b in blobs for o in b.outputs if o.shape == tuple(got[0].shape))
     bmm_lsb = ((got[0] - want[0]).abs().max() / scale).round().item()
+    # Measured: up to 255 LSB (a saturated int8 output at the wrong end of its range).
     assert bmm_lsb > 1, "the bmm output now matches TOSA: the Vela deviation is gone"
     assert torch.equal(got[1], want[1])
 
