@@ -79,8 +79,15 @@ constexpr int kRoundNatural = 2;
 
 // Resource bounds for one operation: a hostile stream may describe feature
 // maps of 65536^3 elements; the model refuses instead of allocating them.
-constexpr uint64_t kMaxElements = uint64_t{1} << 26;
-constexpr uint64_t kMaxMacs = uint64_t{1} << 34;
+// The fuzz build lowers them so one input cannot run for minutes.
+#ifndef ETHOSU_NG_NPU_MODEL_MAX_ELEMENTS_LOG2
+#define ETHOSU_NG_NPU_MODEL_MAX_ELEMENTS_LOG2 26
+#endif
+#ifndef ETHOSU_NG_NPU_MODEL_MAX_MACS_LOG2
+#define ETHOSU_NG_NPU_MODEL_MAX_MACS_LOG2 34
+#endif
+constexpr uint64_t kMaxElements = uint64_t{1} << ETHOSU_NG_NPU_MODEL_MAX_ELEMENTS_LOG2;
+constexpr uint64_t kMaxMacs = uint64_t{1} << ETHOSU_NG_NPU_MODEL_MAX_MACS_LOG2;
 
 enum class Elementwise : uint16_t {
   kMul = 0,
@@ -127,7 +134,8 @@ int64_t scale_round(int64_t v, uint32_t scale, int shift, int mode) {
       case kRoundNatural:
         p = (p + (static_cast<__int128>(1) << (shift - 1))) >> shift;
         break;
-      default: { // kRoundDbl: TOSA apply_scale_32 with double_round
+      case kRoundDbl:
+      default: { // TOSA apply_scale_32 with double_round
         __int128 r = static_cast<__int128>(1) << (shift - 1);
         if (shift > 31) {
           r += v >= 0 ? (__int128{1} << 30) : -(__int128{1} << 30);
