@@ -120,6 +120,10 @@ struct FeatureMap {
   bool is_signed = true;
   bool brick = false; // NHCWB16
   int32_t zp = 0;
+  // The region's memory, when it may be accessed this way (null: every access
+  // goes through region_span, which reports the error).
+  uint8_t* mem = nullptr;
+  size_t mem_size = 0;
 };
 
 // Multiplies by an unsigned 32-bit scale and shifts right with the given
@@ -525,6 +529,25 @@ Error Model::feature_map(FeatureMap& f, bool ifm2, bool ofm, bool) {
     f.zp = f.is_signed ? static_cast<int16_t>(zp) : zp;
   }
   f.esize = f.bits / 8;
+  switch (f.region) {
+    case 0:
+      // Only reads: region 0 is read-only, writes take the checked path.
+      if (!ofm) {
+        f.mem = const_cast<uint8_t*>(regions_.weights);
+        f.mem_size = regions_.weights_size;
+      }
+      break;
+    case 1:
+      f.mem = regions_.scratch;
+      f.mem_size = regions_.scratch_size;
+      break;
+    case 2:
+      f.mem = regions_.fast_scratch;
+      f.mem_size = regions_.fast_scratch_size;
+      break;
+    default:
+      break;
+  }
   return Error::Ok;
 }
 
@@ -545,15 +568,19 @@ Error Model::element_ptr(const FeatureMap& f, int y, int x, int c, bool write, u
   const int64_t coff = f.brick ? (c / 16) * f.sc + (c % 16) * f.esize : int64_t{c} * f.esize;
   const __int128 addr = static_cast<__int128>(f.base[t]) + static_cast<__int128>(ty) * f.sy +
                         static_cast<__int128>(tx) * f.sx + coff;
-  if (addr < 0 || addr > (static_cast<__int128>(1) << 40)) {
-    char what[96];
-    snprintf(what, sizeof(what), "%s element (y %d, x %d, c %d) in tile %d", f.name, y, x, c, t);
-    return fail(Error::InvalidProgram, "%s: address out of range (base 0x%llx, strides y %lld x %lld c %lld)",
-                what, static_cast<unsigned long long>(f.base[t]), static_cast<long long>(f.sy),
-                static_cast<long long>(f.sx), static_cast<long long>(f.sc));
+  // Fast path: the region is resolved once per feature map.
+  if (f.mem != nullptr && addr >= 0 && addr + f.esize <= static_cast<__int128>(f.mem_size)) {
+    *p = f.mem + static_cast<size_t>(addr);
+    return Error::Ok;
   }
   char what[96];
   snprintf(what, sizeof(what), "%s element (y %d, x %d, c %d) in tile %d", f.name, y, x, c, t);
+  if (addr < 0 || addr > (static_cast<__int128>(1) << 40)) {
+    return fail(Error::InvalidProgram,
+                "%s: address out of range (base 0x%llx, strides y %lld x %lld c %lld)", what,
+                static_cast<unsigned long long>(f.base[t]), static_cast<long long>(f.sy),
+                static_cast<long long>(f.sx), static_cast<long long>(f.sc));
+  }
   return region_span(f.region, static_cast<uint64_t>(addr), f.esize, write, what, p);
 }
 
