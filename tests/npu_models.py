@@ -94,6 +94,62 @@ def permute():
     return m, (_img(3, 8, 8),)
 
 
+def transpose_conv():
+    """Zero-insertion IFM upscaling (IFM_UPSCALE 2), 2x2 kernel, stride 2."""
+    m = _Seq(lambda s, x: s.c(x), c=nn.ConvTranspose2d(8, 8, 2, stride=2))
+    return m, (_img(8, 4, 4),)
+
+
+def transpose_conv_3x3():
+    m = _Seq(
+        lambda s, x: s.c(x),
+        c=nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1),
+    )
+    return m, (_img(8, 4, 4),)
+
+
+def upsample_nearest():
+    """Nearest-neighbour IFM upscaling (IFM_UPSCALE 1)."""
+    return _Seq(lambda s, x: F.interpolate(x, scale_factor=2, mode="nearest")), (_img(8, 4, 4),)
+
+
+def upsample_bilinear():
+    return _Seq(lambda s, x: F.interpolate(x, scale_factor=2, mode="bilinear")), (_img(8, 4, 4),)
+
+
+def avg_pool_padded():
+    return _Seq(lambda s, x: F.avg_pool2d(x, 3, stride=1, padding=1)), (_img(8, 6, 6),)
+
+
+def max_pool_padded():
+    return _Seq(lambda s, x: F.max_pool2d(x, 3, stride=2, padding=1)), (_img(8, 8, 8),)
+
+
+def min_max_abs():
+    m = _Seq(lambda s, x, y: torch.minimum(x, y) + torch.maximum(x, y).abs())
+    return m, (_img(8, 4, 4), _img(8, 4, 4))
+
+
+def leaky_relu():
+    return _Seq(lambda s, x: F.leaky_relu(x, 0.1)), (_img(8, 4, 4),)
+
+
+def tanh():
+    return _Seq(lambda s, x: torch.tanh(x)), (_img(8, 4, 4),)
+
+
+def gelu():
+    return _Seq(lambda s, x: F.gelu(x)), (_img(8, 4, 4),)
+
+
+def layer_norm():
+    return _Seq(lambda s, x: s.n(x), n=nn.LayerNorm(16)), (torch.randn(1, 8, 16),)
+
+
+def softmax():
+    return _Seq(lambda s, x: x.softmax(-1)), (torch.randn(1, 8, 16),)
+
+
 class MobileNetV2Block(nn.Module):
     """Strided stem, then an inverted residual: expand 1x1, depthwise 3x3, project 1x1, add."""
 
@@ -135,6 +191,18 @@ ALL = {
         relu6,
         concat,
         permute,
+        transpose_conv,
+        transpose_conv_3x3,
+        upsample_nearest,
+        upsample_bilinear,
+        avg_pool_padded,
+        max_pool_padded,
+        min_max_abs,
+        leaky_relu,
+        tanh,
+        gelu,
+        layer_norm,
+        softmax,
         mobilenetv2_block,
     )
 }

@@ -232,6 +232,7 @@ class Model {
                     uint8_t** out);
   Error feature_map(FeatureMap& f, bool ifm2, bool ofm, bool ifm2_regs);
   Error read_dense(const FeatureMap& f, std::vector<int32_t>& out);
+  Error read_ifm(FeatureMap& f, int upscale, std::vector<int32_t>& out);
   Error element_ptr(const FeatureMap& f, int y, int x, int c, bool write, uint8_t** p);
   Error write_output(const FeatureMap& ofm, int y, int x, int c, int64_t scaled);
   Error output_setup(const FeatureMap& ofm);
@@ -626,6 +627,35 @@ Error Model::read_dense(const FeatureMap& f, std::vector<int32_t>& out) {
   return Error::Ok;
 }
 
+// The IFM as the kernel sees it. `f.h`/`f.w` are the upscaled extent; with
+// IFM_UPSCALE 1 (nearest) every IFM element is repeated 2x2, with 2
+// (transpose, zero insertion) it lands on the even coordinates and the odd
+// ones are zero (after zero-point subtraction, i.e. padding-like).
+Error Model::read_ifm(FeatureMap& f, int upscale, std::vector<int32_t>& out) {
+  if (upscale == 0) {
+    return read_dense(f, out);
+  }
+  FeatureMap real = f;
+  real.h = (f.h + 1) / 2;
+  real.w = (f.w + 1) / 2;
+  std::vector<int32_t> src;
+  Error e = read_dense(real, src);
+  if (e != Error::Ok) {
+    return e;
+  }
+  out.assign(static_cast<size_t>(f.h) * f.w * f.c, 0);
+  for (int y = 0; y < f.h; ++y) {
+    for (int x = 0; x < f.w; ++x) {
+      if (upscale == 2 && ((y | x) & 1)) {
+        continue;
+      }
+      const int32_t* from = &src[(static_cast<size_t>(y / 2) * real.w + x / 2) * f.c];
+      std::copy(from, from + f.c, &out[(static_cast<size_t>(y) * f.w + x) * f.c]);
+    }
+  }
+  return Error::Ok;
+}
+
 // Decodes ACTIVATION / ACTIVATION_MIN / ACTIVATION_MAX and the OFM rounding.
 Error Model::output_setup(const FeatureMap& ofm) {
   trace(cmd_name_, ofm);
@@ -807,9 +837,9 @@ Error Model::op_conv(bool depthwise) {
   if (e != Error::Ok) {
     return e;
   }
-  if (p0(SET_IFM_UPSCALE) != 0) {
-    return fail(Error::NotSupported, "IFM_UPSCALE %u (nearest/transpose upscaling) not modelled",
-                p0(SET_IFM_UPSCALE));
+  const int upscale = p0(SET_IFM_UPSCALE) & 3;
+  if (upscale == 3 || (p0(SET_IFM_UPSCALE) & ~3u) != 0) {
+    return fail(Error::InvalidProgram, "IFM_UPSCALE 0x%04x: reserved mode", p0(SET_IFM_UPSCALE));
   }
   if (ifm.bits == 32) {
     return fail(Error::InvalidProgram, "convolution with a 32-bit IFM (IFM_PRECISION 0x%04x)",
@@ -954,7 +984,7 @@ Error Model::op_conv(bool depthwise) {
   }
 
   std::vector<int32_t> in;
-  e = read_dense(ifm, in);
+  e = read_ifm(ifm, upscale, in);
   if (e != Error::Ok) {
     return e;
   }
@@ -1021,9 +1051,9 @@ Error Model::op_pool() {
   if (e != Error::Ok) {
     return e;
   }
-  if (p0(SET_IFM_UPSCALE) != 0) {
-    return fail(Error::NotSupported, "IFM_UPSCALE %u (nearest/transpose upscaling) not modelled",
-                p0(SET_IFM_UPSCALE));
+  const int upscale = p0(SET_IFM_UPSCALE) & 3;
+  if (upscale == 3 || (p0(SET_IFM_UPSCALE) & ~3u) != 0) {
+    return fail(Error::InvalidProgram, "IFM_UPSCALE 0x%04x: reserved mode", p0(SET_IFM_UPSCALE));
   }
   const uint16_t ks = p0(SET_KERNEL_STRIDE);
   const int stride_x = ((((ks >> 6) & 1) << 1) | (ks & 1)) + 1;
@@ -1077,7 +1107,7 @@ Error Model::op_pool() {
                 "average pooling without a global OFM scale (hardware divisor) not modelled");
   }
   std::vector<int32_t> in;
-  e = read_dense(ifm, in);
+  e = read_ifm(ifm, upscale, in);
   if (e != Error::Ok) {
     return e;
   }
