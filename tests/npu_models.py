@@ -113,10 +113,6 @@ def upsample_nearest():
     return _Seq(lambda s, x: F.interpolate(x, scale_factor=2, mode="nearest")), (_img(8, 4, 4),)
 
 
-def upsample_bilinear():
-    return _Seq(lambda s, x: F.interpolate(x, scale_factor=2, mode="bilinear")), (_img(8, 4, 4),)
-
-
 def avg_pool_padded():
     return _Seq(lambda s, x: F.avg_pool2d(x, 3, stride=1, padding=1)), (_img(8, 6, 6),)
 
@@ -194,7 +190,6 @@ ALL = {
         transpose_conv,
         transpose_conv_3x3,
         upsample_nearest,
-        upsample_bilinear,
         avg_pool_padded,
         max_pool_padded,
         min_max_abs,

@@ -402,3 +402,26 @@ def test_valid_dma_copies_bytes():
     scratch = bytearray(64)
     rt.npu_model_run(_payload(cmds), weights, scratch)
     assert bytes(scratch[32:48]) == weights[16:32] and scratch[:32] == bytearray(32)
+
+
+# ------------------------------------------------------------------ CLI
+def test_cli_verify_npu_both_and_model_without_tosa(tmp_path, capsys):
+    """``ethosu-ng verify --npu both`` reports model-vs-TOSA per output (0 LSB here);
+    ``--npu model`` verifies a firmware .pte (no TOSA inside) on the host."""
+    import os
+
+    from ethosu_ng.cli import main
+
+    factory = os.path.join(os.path.dirname(__file__), "data", "tiny_factory.py")
+    with_tosa, without = str(tmp_path / "t.pte"), str(tmp_path / "f.pte")
+    for out, extra in ((with_tosa, ["--embed-tosa"]), (without, [])):
+        argv = ["compile", f"{factory}:make", "-o", out, "--calibration", "2", *extra]
+        assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["verify", with_tosa, "-n", "2", "--npu", "both"]) == 0
+    out = capsys.readouterr().out
+    assert "(--npu both)" in out
+    assert "output 0: max |NPU model - TOSA reference| = 0.00 LSB" in out
+    assert main(["verify", without, "-n", "2", "--npu", "model"]) == 0
+    out = capsys.readouterr().out
+    assert "(--npu model)" in out and "output 0: max |pte - eager quantized|" in out
