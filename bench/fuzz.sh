@@ -10,6 +10,9 @@
 # writes its input to tests/runtime/corpus/crashers/: fix the runtime, keep the file
 # (the replay runs it forever after) and rerun.
 #
+# FUZZ_TARGET=fuzz_npu_model fuzzes the NPU model instead (runtime/fuzz/fuzz_npu_model.cpp;
+# corpus tests/runtime/corpus_npu_model/, seeds from tests/runtime/make_npu_model_seeds.py).
+#
 # Env: CC/CXX (default clang/clang++); PYTHON, the interpreter with executorch
 # (default $VIRTUAL_ENV/bin/python, else .venv/bin/python, else python3); CMAKE,
 # cmake >= 3.28 (default: next to $PYTHON, else on PATH); FUZZ_BUILD_DIR (default
@@ -57,8 +60,14 @@ fi
 BUILD=${FUZZ_BUILD_DIR:-$ROOT/build/fuzz}
 NICE=${FUZZ_NICE:-15}
 JOBS=${FUZZ_BUILD_JOBS:-1}
-SEEDS=$ROOT/tests/runtime/corpus/seeds
-CRASHERS=$ROOT/tests/runtime/corpus/crashers
+TARGET=${FUZZ_TARGET:-fuzz_delegate}
+case "$TARGET" in
+  fuzz_delegate) CORPUS=$ROOT/tests/runtime/corpus; WORK=$BUILD/corpus ;;
+  fuzz_npu_model) CORPUS=$ROOT/tests/runtime/corpus_npu_model; WORK=$BUILD/corpus_npu_model ;;
+  *) echo "bench/fuzz.sh: unknown FUZZ_TARGET $TARGET" >&2; exit 2 ;;
+esac
+SEEDS=$CORPUS/seeds
+CRASHERS=$CORPUS/crashers
 
 command -v "$CXX" >/dev/null || die "$CXX not found (apt-get install clang libclang-rt-14-dev)"
 
@@ -73,20 +82,20 @@ if [ ! -f "$BUILD/build.ninja" ] && [ ! -f "$BUILD/Makefile" ]; then
     -DETHOSU_NG_BUILD_TESTS=OFF -DETHOSU_NG_PYTHON="$PYTHON" >"$BUILD/configure.log" 2>&1 \
     || die "cmake configure failed (see $BUILD/configure.log)"
 fi
-nice -n "$NICE" "$CMAKE" --build "$BUILD" --target fuzz_delegate --parallel "$JOBS" \
-  || die "building fuzz_delegate failed (output above)"
-FUZZER=$BUILD/fuzz_delegate
+nice -n "$NICE" "$CMAKE" --build "$BUILD" --target "$TARGET" --parallel "$JOBS" \
+  || die "building $TARGET failed (output above)"
+FUZZER=$BUILD/$TARGET
 mkdir -p "$CRASHERS"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 if [ "$MODE" = "--replay" ]; then
   # Every committed input once (seeds and former crashers): all must pass.
-  mapfile -t FILES < <(find "$ROOT/tests/runtime/corpus" -type f ! -name '*.md' | sort)
+  mapfile -t FILES < <(find "$CORPUS" -type f ! -name '*.md' | sort)
   exec nice -n "$NICE" "$FUZZER" -runs=1 "${FILES[@]}"
 fi
 
-mkdir -p "$BUILD/corpus"
-exec nice -n "$NICE" "$FUZZER" "$BUILD/corpus" "$SEEDS" "$CRASHERS" \
+mkdir -p "$WORK"
+exec nice -n "$NICE" "$FUZZER" "$WORK" "$SEEDS" "$CRASHERS" \
   -max_total_time="$MODE" -timeout=10 -rss_limit_mb=2048 -use_value_profile=1 \
   -print_final_stats=1 -artifact_prefix="$CRASHERS/" "$@"

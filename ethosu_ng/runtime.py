@@ -47,7 +47,7 @@ from ethosu_ng.compile_spec import BACKEND_ID
 
 logger = logging.getLogger(__name__)
 
-HOST_ABI_VERSION = 2  # runtime/ethosu_ng/host_api.h ETHOSU_NG_HOST_ABI_VERSION
+HOST_ABI_VERSION = 3  # runtime/ethosu_ng/host_api.h ETHOSU_NG_HOST_ABI_VERSION
 LIB_NAME = "libethosu_ng_host.so"
 
 _REPO = Path(__file__).resolve().parent.parent
@@ -336,6 +336,33 @@ def load_host_runtime(
         lib.ethosu_ng_set_tosa_callback.argtypes = [TOSA_CALLBACK]
         lib.ethosu_ng_set_tosa_callback.restype = None
         lib.ethosu_ng_host_invoke_count.restype = ctypes.c_uint64
+        lib.ethosu_ng_set_npu_mode.argtypes = [ctypes.c_int]
+        lib.ethosu_ng_set_npu_mode.restype = None
+        lib.ethosu_ng_get_npu_mode.restype = ctypes.c_int
+        lib.ethosu_ng_npu_model_run.restype = ctypes.c_int
+        lib.ethosu_ng_npu_model_run.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+        ]
+        lib.ethosu_ng_npu_model_stats.argtypes = [_P(ctypes.c_uint64)]
+        lib.ethosu_ng_npu_model_stats.restype = None
+        lib.ethosu_ng_mlw_decode.restype = ctypes.c_int64
+        lib.ethosu_ng_mlw_decode.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+        ]
         _callback = TOSA_CALLBACK(_tosa_callback)
         lib.ethosu_ng_set_tosa_callback(_callback)
         names = Runtime.get().backend_registry.registered_backend_names
@@ -455,8 +482,83 @@ def load_pte(pte) -> HostProgram:
     return HostProgram(data)
 
 
-def run_pte(pte, inputs: Sequence, method: str = "forward") -> list:
+NPU_MODES = {"tosa": 0, "model": 1}  # host_api.h ETHOSU_NG_NPU_TOSA / ETHOSU_NG_NPU_MODEL
+DEFAULT_NPU = "tosa"
+
+
+class NpuModelError(RuntimeError):
+    """The NPU model rejected a payload; the message names the command, register and values."""
+
+    def __init__(self, code: int, message: str):
+        self.code = code
+        super().__init__(f"NPU model error {code}: {message}")
+
+
+def set_npu(npu: str) -> None:
+    """Select what the host driver runs for each delegate: ``"tosa"`` or ``"model"``."""
+    if npu not in NPU_MODES:
+        raise ValueError(f"npu must be one of {sorted(NPU_MODES)}, not {npu!r}")
+    load_host_runtime().ethosu_ng_set_npu_mode(NPU_MODES[npu])
+
+
+def npu_model_run(
+    payload: bytes,
+    weights: bytes,
+    scratch: bytearray,
+    fast_scratch: Optional[bytearray] = None,
+) -> None:
+    """Run one Vela driver payload on the NPU model, in place on ``scratch`` (and fast scratch).
+
+    Raises ``NpuModelError`` with the model's message for malformed or unsupported streams.
+    """
+    lib = load_host_runtime()
+    payload, weights = bytes(payload), bytes(weights)
+    sbuf = (ctypes.c_uint8 * max(len(scratch), 1)).from_buffer(scratch) if scratch else None
+    fbuf = (ctypes.c_uint8 * len(fast_scratch)).from_buffer(fast_scratch) if fast_scratch else None
+    err = ctypes.create_string_buffer(1024)
+    rc = lib.ethosu_ng_npu_model_run(
+        payload,
+        len(payload),
+        weights,
+        len(weights),
+        ctypes.addressof(sbuf) if sbuf is not None else None,
+        len(scratch),
+        ctypes.addressof(fbuf) if fbuf is not None else None,
+        len(fast_scratch) if fast_scratch else 0,
+        err,
+        len(err),
+    )
+    if rc != 0:
+        raise NpuModelError(rc, err.value.decode(errors="replace"))
+
+
+def npu_model_stats() -> dict:
+    """Counters of the last NPU-model run: commands, ops, dmas, macs, aliased_ofm_ops."""
+    out = (ctypes.c_uint64 * 5)()
+    load_host_runtime().ethosu_ng_npu_model_stats(out)
+    names = ("commands", "ops", "dmas", "macs", "aliased_ofm_ops")
+    return dict(zip(names, (int(v) for v in out)))
+
+
+def mlw_decode(stream: bytes) -> np.ndarray:
+    """Decode one compressed weight stream with the C++ decoder (int16 weights)."""
+    lib = load_host_runtime()
+    stream = bytes(stream)
+    err = ctypes.create_string_buffer(512)
+    n = lib.ethosu_ng_mlw_decode(stream, len(stream), None, 0, err, len(err))
+    if n < 0:
+        raise ValueError(err.value.decode(errors="replace"))
+    out = np.zeros(max(int(n), 1), dtype=np.int16)
+    lib.ethosu_ng_mlw_decode(stream, len(stream), out.ctypes.data, int(n), err, len(err))
+    return out[: int(n)]
+
+
+def run_pte(pte, inputs: Sequence, method: str = "forward", npu: Optional[str] = None) -> list:
     """Load a .pte (bytes or path) and run ``method`` with the C++ delegate runtime.
+
+    ``npu`` selects what runs each delegate: ``"tosa"`` (the embedded TOSA graph on the
+    reference model; needs ``embed_tosa=True``) or ``"model"`` (the Vela command stream on the
+    Ethos-U55/U65 functional model). ``None`` uses ``DEFAULT_NPU``.
 
     Inputs are torch tensors with any layout: ``executorch.runtime`` copies an input's storage
     as is into the planned input buffer (it ignores torch strides), so a channels-last tensor fed
@@ -467,4 +569,5 @@ def run_pte(pte, inputs: Sequence, method: str = "forward") -> list:
     or kernel error surfaces as the RuntimeError ``executorch.runtime`` raises; the C++ side
     logs the reason (input/output index, expected and got) on stderr.
     """
+    set_npu(npu or DEFAULT_NPU)
     return load_pte(pte).method(method).execute(inputs)

@@ -230,12 +230,21 @@ def cmd_verify(args) -> int:
     from ethosu_ng.blob import DelegateBlob
     from ethosu_ng.compile_spec import BACKEND_ID
 
+    npu = getattr(args, "npu", "tosa")
     for backend, data in exir.pte_delegate_payloads(pte):
-        if backend == BACKEND_ID and DelegateBlob.from_bytes(data).tosa is None:
+        if npu != "model" and backend == BACKEND_ID and DelegateBlob.from_bytes(data).tosa is None:
             raise CliError(
                 f"{args.pte}: delegates carry no TOSA graph; compile with --embed-tosa "
-                "to verify on the host (no NPU here)"
+                "to verify on the host with the TOSA reference model, or use --npu model"
             )
+    print(
+        {
+            "tosa": "delegates run on the TOSA reference model (--npu tosa)",
+            "model": "delegates run on the Ethos-U NPU model (--npu model)",
+            "both": "delegates run on the Ethos-U NPU model, checked against the TOSA "
+            "reference model (--npu both)",
+        }[npu]
+    )
     ns = argparse.Namespace(**ca)
     loaded = load_model(ca["model"], ca["seed"])
     spec = EthosUNGCompileSpec(ca["target"])
@@ -263,10 +272,18 @@ def cmd_verify(args) -> int:
     from ethosu_ng.runtime import run_pte
 
     worst: Dict[int, float] = {}
+    model_vs_tosa: Dict[int, float] = {}
     agree = 0
     for batch in inputs:
         fed = [io.quantize(t) for io, t in zip(ioq.inputs, batch)]
-        got = run_pte(pte, fed)
+        got = run_pte(pte, fed, npu="model" if npu == "both" else npu)
+        if npu == "both":
+            ref = run_pte(pte, fed, npu="tosa")
+            for k, (g_, r_, io) in enumerate(zip(got, ref, ioq.outputs)):
+                d = (g_.double() - r_.double()).abs().max().item()
+                if io.scale is not None and g_.is_floating_point():
+                    d /= io.grid_scale
+                model_vs_tosa[k] = max(model_vs_tosa.get(k, 0.0), d)
         want = quantized(*batch)
         want = list(want) if isinstance(want, (list, tuple)) else [want]
         for k, (g_, w, io) in enumerate(zip(got, want, ioq.outputs)):
@@ -283,6 +300,8 @@ def cmd_verify(args) -> int:
             )
     for k, v in worst.items():
         print(f"output {k}: max |pte - eager quantized| = {v:.2f} LSB")
+    for k, v in model_vs_tosa.items():
+        print(f"output {k}: max |NPU model - TOSA reference| = {v:.2f} LSB")
     if want[0].dim() == 2 and want[0].shape[-1] > 1:
         print(f"top-1 agreement: {agree}/{len(inputs)}")
     return 0 if all(v <= args.lsb_budget for v in worst.values()) else EXIT_FAILED
@@ -365,6 +384,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--inputs", metavar="NPZ")
     v.add_argument("-n", type=int, default=4, help="random inputs when --inputs is not given")
     v.add_argument("--lsb-budget", type=float, default=2.0)
+    v.add_argument(
+        "--npu",
+        choices=["tosa", "model", "both"],
+        default="tosa",
+        help="what runs the delegates: the embedded TOSA graph on the reference model "
+        "(default), Vela's command stream on the Ethos-U NPU model, or both (model results, "
+        "plus the largest model-vs-TOSA difference per output)",
+    )
     v.set_defaults(func=cmd_verify)
     return ap
 

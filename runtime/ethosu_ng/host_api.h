@@ -17,7 +17,7 @@ extern "C" {
 
 // Bumped whenever a signature below changes or one is added; runtime.py
 // checks it.
-#define ETHOSU_NG_HOST_ABI_VERSION 2
+#define ETHOSU_NG_HOST_ABI_VERSION 3
 
 // Runs one delegate's embedded TOSA flatbuffer. Called by the host NpuDriver
 // with the inputs already in the NPU scratch buffer and the outputs to be
@@ -96,6 +96,47 @@ ETHOSU_NG_EXPORT int ethosu_ng_host_run_with_pools(
     const size_t* output_bytes,
     size_t n_outputs,
     ethosu_ng_pool_usage* usage,
+    char* err,
+    size_t err_cap);
+
+// What the host driver runs for each delegate call:
+//   ETHOSU_NG_NPU_TOSA   the embedded TOSA section through the callback above
+//   ETHOSU_NG_NPU_MODEL  the command stream on the Ethos-U55/U65 functional
+//                        model (runtime/ethosu_ng/npu_model/), as the NPU would
+// Read at every invoke, so it can change between calls. Default: TOSA.
+#define ETHOSU_NG_NPU_TOSA 0
+#define ETHOSU_NG_NPU_MODEL 1
+ETHOSU_NG_EXPORT void ethosu_ng_set_npu_mode(int mode);
+ETHOSU_NG_EXPORT int ethosu_ng_get_npu_mode(void);
+
+// Runs one driver payload (Vela's cmd_data) on the NPU model against the
+// given regions, without a blob (tests, fuzzing, benchmarks). Returns 0 or
+// the ExecuTorch Error code; on failure `err` holds the model's message
+// (command index, opcode/register, values). Region 2 may be NULL/0.
+ETHOSU_NG_EXPORT int ethosu_ng_npu_model_run(
+    const uint8_t* payload,
+    size_t payload_size,
+    const uint8_t* weights,
+    size_t weights_size,
+    uint8_t* scratch,
+    size_t scratch_size,
+    uint8_t* fast_scratch,
+    size_t fast_scratch_size,
+    char* err,
+    size_t err_cap);
+
+// Counters of the last NPU-model run in this process (either path):
+// out[0] commands, out[1] kernel ops, out[2] DMAs, out[3] MACs, out[4]
+// kernels whose OFM tiles alias (later writes overwrite earlier ones).
+ETHOSU_NG_EXPORT void ethosu_ng_npu_model_stats(uint64_t out[5]);
+
+// Decodes one compressed weight stream. Writes at most out_cap weights and
+// returns how many the stream holds, or -1 with a message in err.
+ETHOSU_NG_EXPORT int64_t ethosu_ng_mlw_decode(
+    const uint8_t* in,
+    size_t in_size,
+    int16_t* out,
+    size_t out_cap,
     char* err,
     size_t err_cap);
 

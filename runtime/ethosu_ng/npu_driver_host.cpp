@@ -1,12 +1,17 @@
-// NpuDriver for the host (no NPU): runs the delegate's embedded TOSA section
-// through a callback registered from Python (the TOSA reference model).
+// NpuDriver for the host (no NPU). Per call, one of:
+//  - the delegate's embedded TOSA section through a callback registered from
+//    Python (the TOSA reference model), or
+//  - the command stream on the Ethos-U55/U65 functional model (npu_model/),
+//    with the same regions ethosu_invoke_v3 would get.
 //
-// The callback sees exactly what the NPU would: inputs in scratch at their IO
-// offsets in the NPU layout, and writes outputs there, so the backend's
-// validation and layout copies are exercised unchanged on the host.
+// Both see exactly what the NPU would: inputs in scratch at their IO offsets
+// in the NPU layout, outputs written there, so the backend's validation and
+// layout copies are exercised unchanged on the host.
 #include <ethosu_ng/host_api.h>
 #include <ethosu_ng/npu_driver.h>
+#include <ethosu_ng/npu_model/npu_model.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <vector>
@@ -18,6 +23,42 @@ namespace {
 
 std::atomic<ethosu_ng_tosa_callback> g_callback{nullptr};
 std::atomic<uint64_t> g_invokes{0};
+std::atomic<int> g_npu_mode{ETHOSU_NG_NPU_TOSA};
+std::atomic<uint64_t> g_stats[5];
+
+void store_stats(const npu_model::Stats& st) {
+  g_stats[0].store(st.commands);
+  g_stats[1].store(st.ops);
+  g_stats[2].store(st.dmas);
+  g_stats[3].store(st.macs);
+  g_stats[4].store(st.aliased_ofm_ops);
+}
+
+Error run_model(
+    const uint8_t* cmd,
+    size_t cmd_size,
+    const uint8_t* weights,
+    size_t weights_size,
+    uint8_t* scratch,
+    size_t scratch_size,
+    uint8_t* fast_scratch,
+    size_t fast_scratch_size) {
+  npu_model::Regions r;
+  r.weights = weights;
+  r.weights_size = weights_size;
+  r.scratch = scratch;
+  r.scratch_size = scratch_size;
+  r.fast_scratch = fast_scratch;
+  r.fast_scratch_size = fast_scratch_size;
+  npu_model::Stats st;
+  char msg[512];
+  const Error e = npu_model::run_payload(cmd, cmd_size, r, msg, sizeof(msg), &st);
+  store_stats(st);
+  if (e != Error::Ok) {
+    ET_LOG(Error, "EthosUNGBackend(host): NPU model: %s", msg);
+  }
+  return e;
+}
 
 struct TensorArgs {
   std::vector<void*> ptrs;
@@ -50,13 +91,12 @@ class HostTosaDriver final : public NpuDriver {
       uint8_t* fast_scratch,
       size_t fast_scratch_size,
       const Blob& blob) override {
-    (void)cmd;
-    (void)cmd_size;
-    (void)weights;
-    (void)weights_size;
-    (void)scratch_size;
-    (void)fast_scratch;
-    (void)fast_scratch_size;
+    if (g_npu_mode.load() == ETHOSU_NG_NPU_MODEL) {
+      ++g_invokes;
+      return run_model(
+          cmd, cmd_size, weights, weights_size, scratch, scratch_size, fast_scratch,
+          fast_scratch_size);
+    }
     if (!blob.tosa().present()) {
       ET_LOG(
           Error,
@@ -135,6 +175,60 @@ int ethosu_ng_host_abi_version(void) {
 
 uint64_t ethosu_ng_host_invoke_count(void) {
   return ethosu_ng::g_invokes.load();
+}
+
+void ethosu_ng_set_npu_mode(int mode) {
+  ethosu_ng::g_npu_mode.store(mode == ETHOSU_NG_NPU_MODEL ? ETHOSU_NG_NPU_MODEL : ETHOSU_NG_NPU_TOSA);
+}
+
+int ethosu_ng_get_npu_mode(void) {
+  return ethosu_ng::g_npu_mode.load();
+}
+
+int ethosu_ng_npu_model_run(
+    const uint8_t* payload,
+    size_t payload_size,
+    const uint8_t* weights,
+    size_t weights_size,
+    uint8_t* scratch,
+    size_t scratch_size,
+    uint8_t* fast_scratch,
+    size_t fast_scratch_size,
+    char* err,
+    size_t err_cap) {
+  ethosu_ng::npu_model::Regions r;
+  r.weights = weights;
+  r.weights_size = weights_size;
+  r.scratch = scratch;
+  r.scratch_size = scratch_size;
+  r.fast_scratch = fast_scratch;
+  r.fast_scratch_size = fast_scratch_size;
+  ethosu_ng::npu_model::Stats st;
+  const ethosu_ng::Error e =
+      ethosu_ng::npu_model::run_payload(payload, payload_size, r, err, err_cap, &st);
+  ethosu_ng::store_stats(st);
+  return static_cast<int>(e);
+}
+
+void ethosu_ng_npu_model_stats(uint64_t out[5]) {
+  for (int i = 0; i < 5; ++i) {
+    out[i] = ethosu_ng::g_stats[i].load();
+  }
+}
+
+int64_t ethosu_ng_mlw_decode(
+    const uint8_t* in,
+    size_t in_size,
+    int16_t* out,
+    size_t out_cap,
+    char* err,
+    size_t err_cap) {
+  std::vector<int16_t> w;
+  if (!ethosu_ng::npu_model::mlw_decode(in, in_size, w, err, err_cap)) {
+    return -1;
+  }
+  std::memcpy(out, w.data(), std::min(out_cap, w.size()) * sizeof(int16_t));
+  return static_cast<int64_t>(w.size());
 }
 
 } // extern "C"

@@ -1,0 +1,105 @@
+"""Host time per inference and MAC/s of the Ethos-U55/U65 NPU model (runtime/ethosu_ng/npu_model).
+
+    python bench/npu_model.py                       # the small models of tests/npu_models.py
+    python bench/npu_model.py timm:mobilenetv2_100 --target ethos-u65-256 --repeat 3
+
+Each model is quantized and lowered through the real pipeline (Vela), then every delegate's
+driver payload is run on the NPU model directly (``ethosu_ng.runtime.npu_model_run``, inputs of
+random bytes in scratch): the time is the model's alone, without the .pte runtime, layout copies
+or CPU ops. Prints a markdown table: delegates, NPU kernels, MACs, fastest of ``--repeat`` runs
+per inference, MAC/s. Models: ``npu:NAME`` (tests/npu_models.py) or anything
+``ethosu_ng.tools.model_source.load_model`` accepts (timm:, torchvision:, file.py:factory).
+The model is single-threaded: the number is for one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+from conftest import calibration_batches  # noqa: E402
+from npu_models import ALL  # noqa: E402
+
+from ethosu_ng import DelegateBlob, EthosUNGCompileSpec  # noqa: E402
+from ethosu_ng import runtime as rt  # noqa: E402
+from ethosu_ng.export import lower, quantize  # noqa: E402
+from ethosu_ng.tools.model_source import load_model  # noqa: E402
+
+CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
+
+
+def _load(spec: str):
+    if spec.startswith("npu:"):
+        torch.manual_seed(0)
+        return ALL[spec[4:]]()
+    m = load_model(spec)
+    return m.model, m.example_inputs
+
+
+def _blobs(spec: str, target: str):
+    model, example = _load(spec)
+    cs = EthosUNGCompileSpec(target)
+    q = quantize(model.eval(), example, cs, calibration=calibration_batches(example, n=2))
+    gm = lower(q, example, cs)[0].exported_program().graph_module
+    return [
+        DelegateBlob.from_bytes(getattr(gm, n.args[0].target).processed_bytes)
+        for n in gm.graph.nodes
+        if n.op == "call_function" and n.target is CALL_DELEGATE
+    ]
+
+
+def bench(spec: str, target: str, repeat: int) -> str:
+    blobs = _blobs(spec, target)
+    rng = np.random.default_rng(0)
+    best, ops, macs = float("inf"), 0, 0
+    for _ in range(repeat):
+        total = 0.0
+        ops = macs = 0
+        for b in blobs:
+            scratch = bytearray(b.scratch_size)
+            fast = bytearray(b.fast_scratch_size) if b.fast_scratch_size else None
+            for s in b.inputs:
+                scratch[s.offset : s.offset + s.byte_size] = rng.integers(
+                    0, 256, s.byte_size, dtype=np.uint8
+                ).tobytes()
+            t0 = time.perf_counter()
+            rt.npu_model_run(b.command_stream, b.weights, scratch, fast)
+            total += time.perf_counter() - t0
+            st = rt.npu_model_stats()
+            ops += st["ops"]
+            macs += st["macs"]
+        best = min(best, total)
+    rate = macs / best if best > 0 else 0.0
+    return (
+        f"| {spec} | {target} | {len(blobs)} | {ops} | {macs / 1e6:.2f} M | "
+        f"{best * 1e3:.1f} ms | {rate / 1e6:.1f} M |"
+    )
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="*", default=[f"npu:{n}" for n in ALL])
+    ap.add_argument("--target", default="ethos-u55-128")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    rt.load_host_runtime()
+    print("| model | target | delegates | NPU kernels | MACs | host time / inference | MAC/s |")
+    print("|---|---|---|---|---|---|---|")
+    for spec in args.models:
+        try:
+            print(bench(spec, args.target, args.repeat), flush=True)
+        except Exception as e:  # noqa: BLE001 - one failing model does not end the table
+            print(f"| {spec} | {args.target} | failed: {type(e).__name__}: {str(e)[:160]} |||||")
+
+
+if __name__ == "__main__":
+    main()

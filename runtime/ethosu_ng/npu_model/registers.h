@@ -1,0 +1,121 @@
+// Ethos-U55/U65 command-stream opcodes, as listed in Vela's
+// ethos_u55_regs.py (cmd0: 16-bit parameter in the command word; cmd1: a
+// 32-bit payload word follows). The numeric values are the architecture's;
+// the names are Vela's without the NPU_ prefix.
+#pragma once
+
+#include <cstdint>
+
+namespace ethosu_ng {
+namespace npu_model {
+
+enum Cmd0 : uint16_t {
+  OP_STOP = 0x000,
+  OP_IRQ = 0x001,
+  OP_CONV = 0x002,
+  OP_DEPTHWISE = 0x003,
+  OP_POOL = 0x005,
+  OP_ELEMENTWISE = 0x006,
+  OP_DMA_START = 0x010,
+  OP_DMA_WAIT = 0x011,
+  OP_KERNEL_WAIT = 0x012,
+  OP_PMU_MASK = 0x013,
+  SET_IFM_PAD_TOP = 0x100,
+  SET_IFM_PAD_LEFT = 0x101,
+  SET_IFM_PAD_RIGHT = 0x102,
+  SET_IFM_PAD_BOTTOM = 0x103,
+  SET_IFM_DEPTH_M1 = 0x104,
+  SET_IFM_PRECISION = 0x105,
+  SET_IFM_UPSCALE = 0x107,
+  SET_IFM_ZERO_POINT = 0x109,
+  SET_IFM_WIDTH0_M1 = 0x10A,
+  SET_IFM_HEIGHT0_M1 = 0x10B,
+  SET_IFM_HEIGHT1_M1 = 0x10C,
+  SET_IFM_IB_END = 0x10D,
+  SET_IFM_REGION = 0x10F,
+  SET_OFM_WIDTH_M1 = 0x111,
+  SET_OFM_HEIGHT_M1 = 0x112,
+  SET_OFM_DEPTH_M1 = 0x113,
+  SET_OFM_PRECISION = 0x114,
+  SET_OFM_BLK_WIDTH_M1 = 0x115,
+  SET_OFM_BLK_HEIGHT_M1 = 0x116,
+  SET_OFM_BLK_DEPTH_M1 = 0x117,
+  SET_OFM_ZERO_POINT = 0x118,
+  SET_OFM_WIDTH0_M1 = 0x11A,
+  SET_OFM_HEIGHT0_M1 = 0x11B,
+  SET_OFM_HEIGHT1_M1 = 0x11C,
+  SET_OFM_REGION = 0x11F,
+  SET_KERNEL_WIDTH_M1 = 0x120,
+  SET_KERNEL_HEIGHT_M1 = 0x121,
+  SET_KERNEL_STRIDE = 0x122,
+  SET_PARALLEL_MODE = 0x123,
+  SET_ACC_FORMAT = 0x124,
+  SET_ACTIVATION = 0x125,
+  SET_ACTIVATION_MIN = 0x126,
+  SET_ACTIVATION_MAX = 0x127,
+  SET_WEIGHT_REGION = 0x128,
+  SET_SCALE_REGION = 0x129,
+  SET_AB_START = 0x12D,
+  SET_BLOCKDEP = 0x12F,
+  SET_DMA0_SRC_REGION = 0x130,
+  SET_DMA0_DST_REGION = 0x131,
+  SET_DMA0_SIZE0 = 0x132,
+  SET_DMA0_SIZE1 = 0x133,
+  SET_IFM2_BROADCAST = 0x180,
+  SET_IFM2_SCALAR = 0x181,
+  SET_IFM2_PRECISION = 0x185,
+  SET_IFM2_ZERO_POINT = 0x189,
+  SET_IFM2_WIDTH0_M1 = 0x18A,
+  SET_IFM2_HEIGHT0_M1 = 0x18B,
+  SET_IFM2_HEIGHT1_M1 = 0x18C,
+  SET_IFM2_IB_START = 0x18D,
+  SET_IFM2_REGION = 0x18F,
+};
+
+enum Cmd1 : uint16_t {
+  SET_IFM_BASE0 = 0x000,
+  SET_IFM_BASE1 = 0x001,
+  SET_IFM_BASE2 = 0x002,
+  SET_IFM_BASE3 = 0x003,
+  SET_IFM_STRIDE_X = 0x004,
+  SET_IFM_STRIDE_Y = 0x005,
+  SET_IFM_STRIDE_C = 0x006,
+  SET_OFM_BASE0 = 0x010,
+  SET_OFM_BASE1 = 0x011,
+  SET_OFM_BASE2 = 0x012,
+  SET_OFM_BASE3 = 0x013,
+  SET_OFM_STRIDE_X = 0x014,
+  SET_OFM_STRIDE_Y = 0x015,
+  SET_OFM_STRIDE_C = 0x016,
+  SET_WEIGHT_BASE = 0x020,
+  SET_WEIGHT_LENGTH = 0x021,
+  SET_SCALE_BASE = 0x022,
+  SET_SCALE_LENGTH = 0x023,
+  SET_OFM_SCALE = 0x024,
+  SET_OPA_SCALE = 0x025,
+  SET_OPB_SCALE = 0x026,
+  SET_DMA0_SRC = 0x030,
+  SET_DMA0_DST = 0x031,
+  SET_DMA0_LEN = 0x032,
+  SET_DMA0_SKIP0 = 0x033,
+  SET_DMA0_SKIP1 = 0x034,
+  SET_IFM2_BASE0 = 0x080,
+  SET_IFM2_BASE1 = 0x081,
+  SET_IFM2_BASE2 = 0x082,
+  SET_IFM2_BASE3 = 0x083,
+  SET_IFM2_STRIDE_X = 0x084,
+  SET_IFM2_STRIDE_Y = 0x085,
+  SET_IFM2_STRIDE_C = 0x086,
+  SET_WEIGHT1_BASE = 0x090,
+  SET_WEIGHT1_LENGTH = 0x091,
+  SET_SCALE1_BASE = 0x092,
+  SET_SCALE1_LENGTH = 0x093,
+};
+
+// Name of a cmd0 / cmd1 opcode, nullptr when the opcode is not one of the
+// above (the stream is then rejected).
+const char* cmd0_name(uint16_t op);
+const char* cmd1_name(uint16_t op);
+
+} // namespace npu_model
+} // namespace ethosu_ng

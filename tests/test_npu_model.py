@@ -1,0 +1,427 @@
+"""The Ethos-U55/U65 functional model (runtime/ethosu_ng/npu_model/) against the TOSA reference.
+
+Every model is exported through the real pipeline (quantize, partition, TOSA, Vela 5.1.0) for
+ethos-u55-128 and ethos-u65-256 with ``embed_tosa=True``; each .pte is then run twice on the
+same inputs through the C++ runtime: once with the host driver running the embedded TOSA graph
+on the TOSA reference model, once with it executing Vela's command stream, weights and scales
+on the NPU model. The outputs must be equal bit for bit (no tolerance).
+
+Also here: the C++ weight decoder against Vela's own ``mlw_codec.decode``; corrupting one
+weight byte, one scale byte or one command word changes the output or yields a clean error;
+malformed payloads (unknown opcode, truncated stream, address outside a region) yield an
+``NpuModelError`` naming the command index and opcode.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import pytest
+import torch
+from conftest import calibration_batches
+from models import ConvSplitBmm
+from npu_models import ALL
+
+from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
+from ethosu_ng import runtime as rt
+from ethosu_ng.export import lower, quantize
+
+CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
+TARGETS = ("ethos-u55-128", "ethos-u65-256")
+SEEDS = (0, 1, 2)
+
+# Models on which Vela's stream and the TOSA graph disagree (docs/npu-model.md).
+DEVIATIONS = {"conv_split_bmm": lambda: (ConvSplitBmm(), ConvSplitBmm.example())}
+
+_cache: Dict[Tuple[str, str], Tuple[bytes, List[DelegateBlob], tuple]] = {}
+
+
+def _compiled(name: str, target: str):
+    """(pte, delegate blobs, example inputs) for one model and target, compiled once."""
+    key = (name, target)
+    if key not in _cache:
+        torch.manual_seed(0)
+        model, example = {**ALL, **DEVIATIONS}[name]()
+        spec = EthosUNGCompileSpec(target, embed_tosa=True)
+        q = quantize(model.eval(), example, spec, calibration=calibration_batches(example))
+        edge, _ = lower(q, example, spec)
+        gm = edge.exported_program().graph_module
+        blobs = [
+            DelegateBlob.from_bytes(getattr(gm, n.args[0].target).processed_bytes)
+            for n in gm.graph.nodes
+            if n.op == "call_function" and n.target is CALL_DELEGATE
+        ]
+        _cache[key] = (edge.to_executorch().buffer, blobs, example)
+    return _cache[key]
+
+
+def _inputs(example, seed):
+    """Random inputs, wide enough (x3) that quantized values saturate at both ends."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(t.shape, generator=g) * 3 for t in example]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_npu_model_bit_exact_to_tosa(name, target):
+    pte, blobs, example = _compiled(name, target)
+    assert blobs, f"{name}: nothing was delegated"
+    for seed in SEEDS:
+        inputs = _inputs(example, seed)
+        got = rt.run_pte(pte, inputs, npu="model")
+        stats = rt.npu_model_stats()
+        want = rt.run_pte(pte, inputs, npu="tosa")
+        assert stats["ops"] > 0, "the NPU model executed no kernel"
+        assert len(got) == len(want)
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            diff = (g.double() - w.double()).abs()
+            assert torch.equal(g, w), (
+                f"{name} {target} seed {seed} output {k}: {int((diff > 0).sum())} of "
+                f"{diff.numel()} elements differ, max {diff.max().item()}"
+            )
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_vela_deviation_matmul_over_aliased_ofm_tiles(target):
+    """Pinned Vela 5.1.0 (regor) deviation on both targets, found by the NPU model.
+
+    ConvSplitBmm: conv -> split -> bmm(a, a^T) with a = one half of the split. Vela lowers the
+    matmul to MUL + REDUCE_SUM per RHS row, each over an OFM area 8 columns wide whose buffer
+    holds 4 (OFM_WIDTH 8, WIDTH0 4, OFM_BASE1 == OFM_BASE0): columns 4..7 (products with rows
+    of the *other* split half) land on the addresses of columns 0..3. Executed as written, the
+    later columns win and the bmm output differs from TOSA; the split output is exact. Dropping
+    the aliased columns instead (an experiment, not in the model) makes it bit-exact, which is
+    how the cause was confirmed. If this test fails, Vela changed: re-check and update the docs.
+    """
+    pte, blobs, example = _compiled("conv_split_bmm", target)
+    inputs = _inputs(example, 0)
+    got = rt.run_pte(pte, inputs, npu="model")
+    stats = rt.npu_model_stats()
+    want = rt.run_pte(pte, inputs, npu="tosa")
+    assert stats["aliased_ofm_ops"] >= 4
+    scale = next(o.scale for b in blobs for o in b.outputs if o.shape == tuple(got[0].shape))
+    bmm_lsb = ((got[0] - want[0]).abs().max() / scale).round().item()
+    # Measured: up to 255 LSB (a saturated int8 output at the wrong end of its range).
+    assert bmm_lsb > 1, "the bmm output now matches TOSA: the Vela deviation is gone"
+    assert torch.equal(got[1], want[1])
+
+
+# ------------------------------------------------------------- delegate-level harness
+def _cmd_stream(payload: bytes) -> Tuple[int, List[int]]:
+    """(word offset of the command stream, its words) inside a Vela driver payload."""
+    words = list(struct.unpack(f"<{len(payload) // 4}I", payload))
+    i = 1
+    while i < len(words):
+        tag = words[i] & 0xFF
+        if tag == 1:
+            i += 3
+        elif tag == 5:
+            i += 1
+        elif tag == 2:
+            n = (words[i] >> 16) | (((words[i] >> 8) & 0xFF) << 16)
+            return i + 1, words[i + 1 : i + 1 + n]
+        else:
+            raise AssertionError(f"unexpected driver action {words[i]:#x}")
+    raise AssertionError("no command stream")
+
+
+def _commands(words: List[int]):
+    """Yield (index, word offset, opcode, is_cmd1, param, payload) for each command."""
+    i = k = 0
+    while i < len(words):
+        w = words[i]
+        op, param = w & 0x3FF, w >> 16
+        if (w >> 14) & 3 == 1:
+            yield k, i, op, True, param, words[i + 1]
+            i += 2
+        else:
+            yield k, i, op, False, param, None
+            i += 1
+        k += 1
+
+
+WEIGHT_REGION, WEIGHT_BASE, WEIGHT_LENGTH = 0x128, 0x020, 0x021
+SCALE_REGION, SCALE_BASE, SCALE_LENGTH = 0x129, 0x022, 0x023
+DMA_SRC_REGION, DMA_DST_REGION, DMA_SRC, DMA_DST, DMA_LEN = 0x130, 0x131, 0x030, 0x031, 0x032
+OP_CONV, OP_DEPTHWISE, OP_DMA_START = 0x002, 0x003, 0x010
+
+
+def _streams(payload: bytes, weights_len: int):
+    """Weight and scale streams the kernels read, as (kind, offset in region 0, length).
+
+    Streams Vela DMAs into scratch first are traced back to their source in region 0.
+    """
+    _, words = _cmd_stream(payload)
+    r0: Dict[int, int] = {}
+    r1: Dict[int, int] = {}
+    copies = {}  # (region, address) -> (weights-region address, length) of the last DMA there
+    out = []
+    for _, _, op, is1, param, data in _commands(words):
+        if is1:
+            r1[op] = data
+        elif op == OP_DMA_START:
+            dst_region = r0.get(DMA_DST_REGION, 0) & 0x1FF
+            if r0.get(DMA_SRC_REGION, 0) & 0xFF == 0 and dst_region in (1, 2):
+                copies[(dst_region, r1[DMA_DST])] = (r1[DMA_SRC], r1[DMA_LEN])
+        elif op in (OP_CONV, OP_DEPTHWISE):
+            for kind, reg, base, length in (
+                ("weights", WEIGHT_REGION, WEIGHT_BASE, WEIGHT_LENGTH),
+                ("scales", SCALE_REGION, SCALE_BASE, SCALE_LENGTH),
+            ):
+                addr, n = r1[base], r1[length]
+                region = r0[reg] & 7
+                if region != 0:
+                    addr = next(
+                        (
+                            src + addr - dst
+                            for (r, dst), (src, ln) in copies.items()
+                            if r == region and dst <= addr < dst + ln
+                        ),
+                        None,
+                    )
+                if addr is not None and addr + n <= weights_len:
+                    out.append((kind, addr, n))
+        else:
+            r0[op] = param
+    return out
+
+
+def _run_delegate(
+    blob: DelegateBlob,
+    inputs: List[bytes],
+    weights: Optional[bytes] = None,
+    payload: Optional[bytes] = None,
+) -> List[bytes]:
+    """Run one delegate on the NPU model with raw input bytes; returns raw output bytes."""
+    scratch = bytearray(blob.scratch_size)
+    for spec, data in zip(blob.inputs, inputs):
+        scratch[spec.offset : spec.offset + len(data)] = data
+    rt.npu_model_run(
+        payload if payload is not None else blob.command_stream,
+        weights if weights is not None else blob.weights,
+        scratch,
+    )
+    return [bytes(scratch[s.offset : s.offset + s.byte_size]) for s in blob.outputs]
+
+
+def _random_inputs(blob: DelegateBlob, seed: int) -> List[bytes]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, size=s.byte_size, dtype=np.uint8).tobytes() for s in blob.inputs]
+
+
+# ------------------------------------------------------------------ weight decoder
+def test_mlw_decoder_matches_vela_on_real_streams():
+    from ethosu import mlw_codec
+
+    n_streams = 0
+    for name in ("conv_wide", "mobilenetv2_block", "conv_dilated"):
+        for target in TARGETS:
+            _, blobs, _ = _compiled(name, target)
+            for blob in blobs:
+                for kind, off, n in _streams(blob.command_stream, len(blob.weights)):
+                    if kind != "weights":
+                        continue
+                    stream = blob.weights[off : off + n]
+                    ours = rt.mlw_decode(stream)
+                    theirs = np.asarray(mlw_codec.decode(bytearray(stream)), dtype=np.int16)
+                    np.testing.assert_array_equal(ours, theirs)
+                    n_streams += 1
+    assert n_streams >= 6
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mlw_decoder_matches_vela_on_encoded_random_weights(seed):
+    """Vela's encoder on weights with runs of zeros, small and full 9-bit ranges, palettes."""
+    from ethosu import mlw_codec
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 5000))
+    spread = [3, 20, 255][seed % 3]
+    w = rng.integers(-spread, spread + 1, size=n).astype(np.int16)
+    w[rng.random(n) < [0.0, 0.5, 0.9][seed % 3]] = 0
+    stream = bytes(mlw_codec.encode(w.tolist()))
+    np.testing.assert_array_equal(rt.mlw_decode(stream), w)
+    np.testing.assert_array_equal(
+        rt.mlw_decode(stream), np.asarray(mlw_codec.decode(bytearray(stream)), np.int16)
+    )
+
+
+def test_mlw_decoder_rejects_truncated_stream():
+    from ethosu import mlw_codec
+
+    w = np.arange(-200, 200, dtype=np.int16)
+    stream = bytes(mlw_codec.encode(w.tolist()))
+    with pytest.raises(ValueError, match="truncated"):
+        rt.mlw_decode(stream[: len(stream) // 2])
+
+
+# ------------------------------------------------------------------ corruption
+def _flip(buf: bytes, off: int) -> bytes:
+    b = bytearray(buf)
+    b[off] ^= 0xFF
+    return bytes(b)
+
+
+def _changed_or_error(blob, inputs, base_out, **kw) -> str:
+    try:
+        out = _run_delegate(blob, inputs, **kw)
+    except rt.NpuModelError as e:
+        assert "command" in str(e)
+        return "error"
+    return "changed" if out != base_out else "same"
+
+
+@pytest.mark.parametrize("kind", ["weights", "scales"])
+def test_corrupting_one_weight_or_scale_byte_is_seen(kind):
+    _, blobs, _ = _compiled("conv_wide", "ethos-u55-128")
+    blob = blobs[0]
+    inputs = _random_inputs(blob, 0)
+    base = _run_delegate(blob, inputs)
+    streams = [(o, n) for k, o, n in _streams(blob.command_stream, len(blob.weights)) if k == kind]
+    assert streams
+    outcomes = []
+    for off, n in streams[:4]:
+        # A byte in the middle of the stream: a weight's bits / a channel's scale.
+        target = off + (n // 2 if kind == "weights" else 6)
+        outcomes.append(_changed_or_error(blob, inputs, base, weights=_flip(blob.weights, target)))
+    assert "same" not in outcomes, outcomes
+
+
+def test_corrupting_one_command_word_is_seen():
+    _, blobs, _ = _compiled("conv_relu", "ethos-u55-128")
+    blob = blobs[0]
+    inputs = _random_inputs(blob, 1)
+    base = _run_delegate(blob, inputs)
+    start, words = _cmd_stream(blob.command_stream)
+    OFM_SCALE, OFM_ZERO_POINT, KERNEL_STRIDE = 0x024, 0x118, 0x122
+    checked = 0
+    for _, at, op, is1, _, _ in _commands(words):
+        if (is1, op) in ((False, OFM_ZERO_POINT), (False, KERNEL_STRIDE)) or (
+            is1 and op == WEIGHT_BASE
+        ):
+            payload = bytearray(blob.command_stream)
+            w = start + at + (1 if is1 else 0)
+            word = struct.unpack_from("<I", payload, 4 * w)[0]
+            struct.pack_into("<I", payload, 4 * w, word ^ (0x10 << (0 if is1 else 16)))
+            assert _changed_or_error(blob, inputs, base, payload=bytes(payload)) != "same", (
+                f"flipping a bit of command word {at} (opcode {op:#x}) went unnoticed"
+            )
+            checked += 1
+    del OFM_SCALE
+    assert checked >= 3
+
+
+# ------------------------------------------------------------------ malformed payloads
+def _payload(cmds: List[int], length: Optional[int] = None) -> bytes:
+    """A COP1 driver payload around raw command words (U55-128 optimizer config)."""
+    head = [0x31504F43, 0x00000001 | (1 << 20), (0 << 28) | (24 << 8) | 7, 0]
+    while (len(head) + 1) % 4:
+        head.append(0x5)
+    n = len(cmds) if length is None else length
+    head.append(0x2 | ((n >> 16) & 0xFF) << 8 | (n & 0xFFFF) << 16)
+    return struct.pack(f"<{len(head) + len(cmds)}I", *(head + cmds))
+
+
+def _cmd0(op, param=0):
+    return op | (param << 16)
+
+
+def _cmd1(op, data, param=0):
+    return [op | 0x4000 | (param << 16), data & 0xFFFFFFFF]
+
+
+def _model_error(payload: bytes, weights=b"\0" * 64, scratch_size=256) -> str:
+    with pytest.raises(rt.NpuModelError) as info:
+        rt.npu_model_run(payload, weights, bytearray(scratch_size))
+    return str(info.value)
+
+
+def test_unknown_opcode_names_command_index_and_opcode():
+    msg = _model_error(_payload([_cmd0(0x100, 1), _cmd0(0x101, 0), _cmd0(0x07F, 3)]))
+    assert "command 2" in msg and "0x07f" in msg and "unknown" in msg
+
+
+def test_truncated_stream_is_an_error():
+    words = [_cmd0(0x100, 0), *_cmd1(0x000, 0x40)]
+    msg = _model_error(_payload(words[:-1]))
+    assert "command 1" in msg and "NPU_SET_IFM_BASE0" in msg and "payload word" in msg
+    msg = _model_error(_payload(words, length=len(words) + 5))
+    assert "only 3 follow" in msg
+
+
+def test_dma_outside_region_names_command_and_values():
+    cmds = [
+        _cmd0(DMA_SRC_REGION, 0),
+        *_cmd1(DMA_SRC, 48),
+        _cmd0(DMA_DST_REGION, 1),
+        *_cmd1(DMA_DST, 0),
+        *_cmd1(DMA_LEN, 32),
+        _cmd0(OP_DMA_START),
+        _cmd0(0x000, 0xFFFF),
+    ]
+    msg = _model_error(_payload(cmds), weights=b"\1" * 64)
+    assert "command 5" in msg and "NPU_OP_DMA_START" in msg
+    assert "0x30 (+32 bytes) outside region 0 of 64 bytes" in msg
+
+
+def test_dma_into_weights_region_is_refused():
+    cmds = [
+        _cmd0(DMA_SRC_REGION, 1),
+        *_cmd1(DMA_SRC, 0),
+        _cmd0(DMA_DST_REGION, 0),
+        *_cmd1(DMA_DST, 0),
+        *_cmd1(DMA_LEN, 16),
+        _cmd0(OP_DMA_START),
+    ]
+    assert "read-only" in _model_error(_payload(cmds))
+
+
+def test_ofm_outside_scratch_is_an_error_not_a_write():
+    """A real delegate's stream with its scratch one byte short: refused before any overrun."""
+    _, blobs, _ = _compiled("conv_relu", "ethos-u55-128")
+    blob = blobs[0]
+    scratch = bytearray(blob.scratch_size - 16)
+    with pytest.raises(rt.NpuModelError, match=r"command \d+ .*outside region 1"):
+        rt.npu_model_run(blob.command_stream, blob.weights, scratch)
+
+
+def test_valid_dma_copies_bytes():
+    cmds = [
+        _cmd0(DMA_SRC_REGION, 0),
+        *_cmd1(DMA_SRC, 16),
+        _cmd0(DMA_DST_REGION, 1),
+        *_cmd1(DMA_DST, 32),
+        *_cmd1(DMA_LEN, 16),
+        _cmd0(OP_DMA_START),
+        _cmd0(0x000, 0xFFFF),
+    ]
+    weights = bytes(range(64))
+    scratch = bytearray(64)
+    rt.npu_model_run(_payload(cmds), weights, scratch)
+    assert bytes(scratch[32:48]) == weights[16:32] and scratch[:32] == bytearray(32)
+
+
+# ------------------------------------------------------------------ CLI
+def test_cli_verify_npu_both_and_model_without_tosa(tmp_path, capsys):
+    """``ethosu-ng verify --npu both`` reports model-vs-TOSA per output (0 LSB here);
+    ``--npu model`` verifies a firmware .pte (no TOSA inside) on the host."""
+    import os
+
+    from ethosu_ng.tools.cli import main
+
+    factory = os.path.join(os.path.dirname(__file__), "data", "tiny_factory.py")
+    with_tosa, without = str(tmp_path / "t.pte"), str(tmp_path / "f.pte")
+    for out, extra in ((with_tosa, ["--embed-tosa"]), (without, [])):
+        argv = ["compile", f"{factory}:make", "-o", out, "--calibration", "2", *extra]
+        assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["verify", with_tosa, "-n", "2", "--npu", "both"]) == 0
+    out = capsys.readouterr().out
+    assert "(--npu both)" in out
+    assert "output 0: max |NPU model - TOSA reference| = 0.00 LSB" in out
+    assert main(["verify", without, "-n", "2", "--npu", "model"]) == 0
+    out = capsys.readouterr().out
+    assert "(--npu model)" in out and "output 0: max |pte - eager quantized|" in out
