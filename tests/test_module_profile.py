@@ -233,3 +233,27 @@ def test_html_treemap_renders_offline_in_headless_chromium(tiny_pte, tmp_path, c
     labels = set(re.findall(r"<text[^>]*>([^<]+)</text>", chart))
     # The modules with a visible share are drawn with their names (fc's box is too small).
     assert {"c1", "c2", "(top level)"} <= labels, sorted(labels)[:20]
+
+
+def test_recording_op_sources_leaves_the_tosa_graph_unchanged(monkeypatch):
+    """The debug hook that names each operator's node must not change what Vela compiles."""
+    import copy
+
+    from ethosu_ng import upstream
+
+    real, seen = upstream.lower_to_tosa, []
+
+    def both(program, spec, op_sources=None):
+        twin = copy.deepcopy(program)
+        recorded = real(program, spec, op_sources)
+        with upstream.lowering_context(spec, twin):
+            plain = real(twin, spec)
+        seen.append((recorded == plain, len(op_sources or [])))
+        return recorded
+
+    monkeypatch.setattr(upstream, "lower_to_tosa", both)
+    spec = EthosUNGCompileSpec("ethos-u55-128")
+    example = SmallCNN.example()
+    q = quantize(SmallCNN().eval(), example, spec, calibration=calibration_batches(example, n=1))
+    lower(q, example, spec)
+    assert seen and all(same and n > 0 for same, n in seen), seen
