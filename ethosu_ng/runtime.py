@@ -311,10 +311,10 @@ def load_host_runtime(
     with _lock:
         if _lib is not None:
             return _lib
-        # The pybindings load libexecutorch.so first; our library then binds to that same
-        # runtime (and its backend registry) by soname.
-        # The CPU side of a quantized .pte calls quantized_decomposed kernels; this import
-        # registers them (nothing else on the host-run path imports it).
+        # The CPU side of a quantized .pte calls quantized_decomposed kernels: this import
+        # registers them (nothing else on the host-run path imports it). The pybindings load
+        # libexecutorch.so first; our library then binds to that same runtime (and its
+        # backend registry) by soname.
         import executorch.kernels.quantized  # noqa: F401
         from executorch.runtime import Runtime
 
