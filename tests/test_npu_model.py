@@ -14,6 +14,7 @@ malformed payloads (unknown opcode, truncated stream, address outside a region) 
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import Dict, List, Optional, Tuple
 
@@ -21,8 +22,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import calibration_batches
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from models import ConvSplitBmm
 from npu_models import ALL
+from test_property_random_graphs import KINDS as RANDOM_KINDS
+from test_property_random_graphs import H, RandomNet, W
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
 from ethosu_ng import runtime as rt
@@ -408,8 +413,6 @@ def test_valid_dma_copies_bytes():
 def test_cli_verify_npu_both_and_model_without_tosa(tmp_path, capsys):
     """``ethosu-ng verify --npu both`` reports model-vs-TOSA per output (0 LSB here);
     ``--npu model`` verifies a firmware .pte (no TOSA inside) on the host."""
-    import os
-
     from ethosu_ng.cli import main
 
     factory = os.path.join(os.path.dirname(__file__), "data", "tiny_factory.py")
@@ -425,3 +428,39 @@ def test_cli_verify_npu_both_and_model_without_tosa(tmp_path, capsys):
     assert main(["verify", without, "-n", "2", "--npu", "model"]) == 0
     out = capsys.readouterr().out
     assert "(--npu model)" in out and "output 0: max |pte - eager quantized|" in out
+
+
+# ------------------------------------------------------------------ random graphs
+N_RANDOM = int(os.environ.get("ETHOSU_NG_NPU_MODEL_EXAMPLES", "8"))
+
+
+def _random_graph_case(kinds, target, seed):
+    torch.manual_seed(seed)
+    model = RandomNet(kinds).eval()
+    g = torch.Generator().manual_seed(seed)
+    data = [(torch.randn(1, 3, H, W, generator=g) * 2,) for _ in range(4)]
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    q = quantize(model, data[0], spec, calibration=data)
+    edge, _ = lower(q, data[0], spec)
+    pte = edge.to_executorch().buffer
+    for batch in data[:2]:
+        got = rt.run_pte(pte, list(batch), npu="model")
+        want = rt.run_pte(pte, list(batch), npu="tosa")
+        for k, (a, b) in enumerate(zip(got, want)):
+            assert torch.equal(a, b), (kinds, target, seed, k, (a - b).abs().max().item())
+
+
+@settings(
+    max_examples=N_RANDOM,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
+@given(
+    st.lists(st.sampled_from(RANDOM_KINDS), min_size=1, max_size=4),
+    st.sampled_from(TARGETS),
+    st.integers(0, 2**16),
+)
+def test_random_graphs_npu_model_bit_exact_to_tosa(kinds, target, seed):
+    """The random graphs of test_property_random_graphs.py (no ops pinned to the CPU)."""
+    _random_graph_case(kinds, target, seed)
