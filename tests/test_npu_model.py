@@ -430,6 +430,46 @@ def test_cli_verify_npu_both_and_model_without_tosa(tmp_path, capsys):
     assert "(--npu model)" in out and "output 0: max |pte - eager quantized|" in out
 
 
+# ------------------------------------------------------------------ integer IO
+@pytest.mark.parametrize(
+    "in_dtype, out_dtype, channels_last",
+    [
+        (torch.uint8, torch.int8, False),
+        (torch.uint8, torch.uint8, True),
+        (torch.int8, torch.int8, True),
+    ],
+    ids=["u8_in_i8_out", "u8_io_channels_last", "i8_io_channels_last"],
+)
+def test_integer_program_io_bit_exact(in_dtype, out_dtype, channels_last):
+    """uint8 / int8 program IO and channels-last delegates: the NPU reads and writes the
+    unsigned / NHWC tensors itself (unsigned IFM precision, uint8 OFM clamp)."""
+    from ethosu_ng import io_quantization
+
+    torch.manual_seed(0)
+    model, (x,) = ALL["conv_relu"]()
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    g = torch.Generator().manual_seed(5)
+    floats = [torch.randn(x.shape, generator=g).to(memory_format=fmt) * 2 for _ in range(6)]
+    spec = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True)
+    q = quantize(
+        model.eval(),
+        (floats[0],),
+        spec,
+        calibration=[(f,) for f in floats[:4]],
+        input_dtype=in_dtype,
+        output_dtype=out_dtype,
+    )
+    edge, _ = lower(q, (floats[0],), spec)
+    ioq = io_quantization(edge)
+    pte = edge.to_executorch().buffer
+    for xf in floats[3:]:
+        feed = [ioq.inputs[0].quantize(xf)]
+        assert feed[0].dtype == in_dtype
+        got = rt.run_pte(pte, feed, npu="model")
+        want = rt.run_pte(pte, feed, npu="tosa")
+        assert got[0].dtype == out_dtype and torch.equal(got[0], want[0])
+
+
 # ------------------------------------------------------------------ random graphs
 N_RANDOM = int(os.environ.get("ETHOSU_NG_NPU_MODEL_EXAMPLES", "8"))
 
