@@ -393,6 +393,33 @@ def test_ofm_outside_scratch_is_an_error_not_a_write():
         rt.npu_model_run(blob.command_stream, blob.weights, scratch)
 
 
+def test_every_truncation_and_word_flip_of_a_real_stream_is_clean():
+    """Each prefix of a real command stream, and each of its words with bits flipped, either
+    runs or is an NpuModelError naming a command or the payload: never a crash."""
+    _, blobs, _ = _compiled("mobilenetv2_block", "ethos-u55-128")
+    blob = blobs[0]
+    start, words = _cmd_stream(blob.command_stream)
+    head = list(struct.unpack(f"<{start}I", blob.command_stream[: 4 * start]))
+    outcomes = {"ok": 0, "error": 0}
+
+    def run(cmds):
+        tag = head[-1] & 0xFF | ((len(cmds) >> 16) & 0xFF) << 8 | (len(cmds) & 0xFFFF) << 16
+        payload = struct.pack(f"<{start + len(cmds)}I", *head[:-1], tag, *cmds)
+        try:
+            rt.npu_model_run(payload, blob.weights, bytearray(blob.scratch_size))
+            outcomes["ok"] += 1
+        except rt.NpuModelError as e:
+            assert "command" in str(e) or "payload" in str(e), str(e)
+            outcomes["error"] += 1
+
+    for n in range(0, len(words), 3):
+        run(words[:n])
+    for i in range(0, len(words), 2):
+        for mask in (0x00010000, 0x3FF, 0xFFFFFFFF):
+            run(words[:i] + [words[i] ^ mask] + words[i + 1 :])
+    assert outcomes["ok"] > 0 and outcomes["error"] > 0, outcomes
+
+
 def test_valid_dma_copies_bytes():
     cmds = [
         _cmd0(DMA_SRC_REGION, 0),
