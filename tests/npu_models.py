@@ -43,6 +43,42 @@ def conv_wide():
     return m, (_img(40, 8, 8),)
 
 
+def conv_9x9():
+    """Kernel larger than the 8x8 sub-kernel: the weight stream is split into sub-kernels."""
+    m = _Seq(lambda s, x: s.c(x), c=nn.Conv2d(4, 8, 9, padding=4))
+    return m, (_img(4, 12, 12),)
+
+
+def conv_dilated_5x5():
+    """Dilation 2 halves the sub-kernel to 4x4: a 5x5 kernel is split into 4 + 1."""
+    m = _Seq(lambda s, x: s.c(x), c=nn.Conv2d(4, 8, 5, dilation=2, padding=4))
+    return m, (_img(4, 12, 12),)
+
+
+def depthwise_9x9():
+    m = _Seq(lambda s, x: s.c(x), c=nn.Conv2d(8, 8, 9, padding=4, groups=8))
+    return m, (_img(8, 12, 12),)
+
+
+class SqueezeExcite(nn.Module):
+    """MobileNetV3-style: global mean, two 1x1 convs, hardsigmoid, channel-broadcast multiply."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(16, 16, 1)
+        self.f1 = nn.Conv2d(16, 4, 1)
+        self.f2 = nn.Conv2d(4, 16, 1)
+
+    def forward(self, x):
+        x = self.c(x)
+        w = F.hardsigmoid(self.f2(F.relu(self.f1(x.mean((2, 3), keepdim=True)))))
+        return x * w
+
+
+def squeeze_excite():
+    return SqueezeExcite(), (_img(16, 8, 8),)
+
+
 def depthwise():
     m = _Seq(lambda s, x: s.c(x), c=nn.Conv2d(8, 8, 3, padding=1, groups=8))
     return m, (_img(8, 8, 8),)
@@ -175,7 +211,11 @@ ALL = {
         conv_strided,
         conv_dilated,
         conv_wide,
+        conv_9x9,
+        conv_dilated_5x5,
         depthwise,
+        depthwise_9x9,
+        squeeze_excite,
         linear,
         add,
         mul,

@@ -14,6 +14,7 @@ malformed payloads (unknown opcode, truncated stream, address outside a region) 
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import Dict, List, Optional, Tuple
 
@@ -21,8 +22,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import calibration_batches
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from models import ConvSplitBmm
 from npu_models import ALL
+from test_property_random_graphs import KINDS as RANDOM_KINDS
+from test_property_random_graphs import H, RandomNet, W
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
 from ethosu_ng import runtime as rt
@@ -388,6 +393,33 @@ def test_ofm_outside_scratch_is_an_error_not_a_write():
         rt.npu_model_run(blob.command_stream, blob.weights, scratch)
 
 
+def test_every_truncation_and_word_flip_of_a_real_stream_is_clean():
+    """Each prefix of a real command stream, and each of its words with bits flipped, either
+    runs or is an NpuModelError naming a command or the payload: never a crash."""
+    _, blobs, _ = _compiled("mobilenetv2_block", "ethos-u55-128")
+    blob = blobs[0]
+    start, words = _cmd_stream(blob.command_stream)
+    head = list(struct.unpack(f"<{start}I", blob.command_stream[: 4 * start]))
+    outcomes = {"ok": 0, "error": 0}
+
+    def run(cmds):
+        tag = head[-1] & 0xFF | ((len(cmds) >> 16) & 0xFF) << 8 | (len(cmds) & 0xFFFF) << 16
+        payload = struct.pack(f"<{start + len(cmds)}I", *head[:-1], tag, *cmds)
+        try:
+            rt.npu_model_run(payload, blob.weights, bytearray(blob.scratch_size))
+            outcomes["ok"] += 1
+        except rt.NpuModelError as e:
+            assert "command" in str(e) or "payload" in str(e), str(e)
+            outcomes["error"] += 1
+
+    for n in range(0, len(words), 3):
+        run(words[:n])
+    for i in range(0, len(words), 2):
+        for mask in (0x00010000, 0x3FF, 0xFFFFFFFF):
+            run(words[:i] + [words[i] ^ mask] + words[i + 1 :])
+    assert outcomes["ok"] > 0 and outcomes["error"] > 0, outcomes
+
+
 def test_valid_dma_copies_bytes():
     cmds = [
         _cmd0(DMA_SRC_REGION, 0),
@@ -425,3 +457,79 @@ def test_cli_verify_npu_both_and_model_without_tosa(tmp_path, capsys):
     assert main(["verify", without, "-n", "2", "--npu", "model"]) == 0
     out = capsys.readouterr().out
     assert "(--npu model)" in out and "output 0: max |pte - eager quantized|" in out
+
+
+# ------------------------------------------------------------------ integer IO
+@pytest.mark.parametrize(
+    "in_dtype, out_dtype, channels_last",
+    [
+        (torch.uint8, torch.int8, False),
+        (torch.uint8, torch.uint8, True),
+        (torch.int8, torch.int8, True),
+    ],
+    ids=["u8_in_i8_out", "u8_io_channels_last", "i8_io_channels_last"],
+)
+def test_integer_program_io_bit_exact(in_dtype, out_dtype, channels_last):
+    """uint8 / int8 program IO and channels-last delegates: the NPU reads and writes the
+    unsigned / NHWC tensors itself (unsigned IFM precision, uint8 OFM clamp)."""
+    from ethosu_ng import io_quantization
+
+    torch.manual_seed(0)
+    model, (x,) = ALL["conv_relu"]()
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    g = torch.Generator().manual_seed(5)
+    floats = [torch.randn(x.shape, generator=g).to(memory_format=fmt) * 2 for _ in range(6)]
+    spec = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True)
+    q = quantize(
+        model.eval(),
+        (floats[0],),
+        spec,
+        calibration=[(f,) for f in floats[:4]],
+        input_dtype=in_dtype,
+        output_dtype=out_dtype,
+    )
+    edge, _ = lower(q, (floats[0],), spec)
+    ioq = io_quantization(edge)
+    pte = edge.to_executorch().buffer
+    for xf in floats[3:]:
+        feed = [ioq.inputs[0].quantize(xf)]
+        assert feed[0].dtype == in_dtype
+        got = rt.run_pte(pte, feed, npu="model")
+        want = rt.run_pte(pte, feed, npu="tosa")
+        assert got[0].dtype == out_dtype and torch.equal(got[0], want[0])
+
+
+# ------------------------------------------------------------------ random graphs
+N_RANDOM = int(os.environ.get("ETHOSU_NG_NPU_MODEL_EXAMPLES", "8"))
+
+
+def _random_graph_case(kinds, target, seed):
+    torch.manual_seed(seed)
+    model = RandomNet(kinds).eval()
+    g = torch.Generator().manual_seed(seed)
+    data = [(torch.randn(1, 3, H, W, generator=g) * 2,) for _ in range(4)]
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    q = quantize(model, data[0], spec, calibration=data)
+    edge, _ = lower(q, data[0], spec)
+    pte = edge.to_executorch().buffer
+    for batch in data[:2]:
+        got = rt.run_pte(pte, list(batch), npu="model")
+        want = rt.run_pte(pte, list(batch), npu="tosa")
+        for k, (a, b) in enumerate(zip(got, want)):
+            assert torch.equal(a, b), (kinds, target, seed, k, (a - b).abs().max().item())
+
+
+@settings(
+    max_examples=N_RANDOM,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
+@given(
+    st.lists(st.sampled_from(RANDOM_KINDS), min_size=1, max_size=4),
+    st.sampled_from(TARGETS),
+    st.integers(0, 2**16),
+)
+def test_random_graphs_npu_model_bit_exact_to_tosa(kinds, target, seed):
+    """The random graphs of test_property_random_graphs.py (no ops pinned to the CPU)."""
+    _random_graph_case(kinds, target, seed)

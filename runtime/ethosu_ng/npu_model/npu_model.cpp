@@ -230,7 +230,7 @@ class Model {
   // ---- memory
   Error region_span(int region, uint64_t addr, uint64_t len, bool write, const char* what,
                     uint8_t** out);
-  Error feature_map(FeatureMap& f, bool ifm2, bool ofm, bool ifm2_regs);
+  Error feature_map(FeatureMap& f, bool ifm2, bool ofm);
   Error read_dense(const FeatureMap& f, std::vector<int32_t>& out);
   Error read_ifm(FeatureMap& f, int upscale, std::vector<int32_t>& out);
   Error element_ptr(const FeatureMap& f, int y, int x, int c, bool write, uint8_t** p);
@@ -470,7 +470,7 @@ Error Model::region_span(int region, uint64_t addr, uint64_t len, bool write, co
 
 // Reads the registers of one feature map. IFM/IFM2 extents are set by the
 // caller; the OFM's come from its registers.
-Error Model::feature_map(FeatureMap& f, bool ifm2, bool ofm, bool) {
+Error Model::feature_map(FeatureMap& f, bool ifm2, bool ofm) {
   uint16_t prec;
   if (ofm) {
     f.name = "OFM";
@@ -829,11 +829,11 @@ void traverse_weights(const WeightLayout& L, Fn&& fn) {
 
 Error Model::op_conv(bool depthwise) {
   FeatureMap ifm, ofm;
-  Error e = feature_map(ofm, false, true, false);
+  Error e = feature_map(ofm, false, true);
   if (e != Error::Ok) {
     return e;
   }
-  e = feature_map(ifm, false, false, false);
+  e = feature_map(ifm, false, false);
   if (e != Error::Ok) {
     return e;
   }
@@ -1043,11 +1043,11 @@ Error Model::op_pool() {
     return fail(Error::InvalidProgram, "pooling mode %u (0 max, 1 average, 2 reduce-sum)", mode);
   }
   FeatureMap ifm, ofm;
-  Error e = feature_map(ofm, false, true, false);
+  Error e = feature_map(ofm, false, true);
   if (e != Error::Ok) {
     return e;
   }
-  e = feature_map(ifm, false, false, false);
+  e = feature_map(ifm, false, false);
   if (e != Error::Ok) {
     return e;
   }
@@ -1169,11 +1169,11 @@ Error Model::op_elementwise() {
   const Elementwise m = static_cast<Elementwise>(mode);
   const bool unary = m == Elementwise::kLrelu || m == Elementwise::kAbs || m == Elementwise::kClz;
   FeatureMap ifm, ifm2, ofm;
-  Error e = feature_map(ofm, false, true, false);
+  Error e = feature_map(ofm, false, true);
   if (e != Error::Ok) {
     return e;
   }
-  e = feature_map(ifm, false, false, false);
+  e = feature_map(ifm, false, false);
   if (e != Error::Ok) {
     return e;
   }
@@ -1189,7 +1189,7 @@ Error Model::op_elementwise() {
   const bool scalar = (bc >> 7) & 1;
   int32_t scalar_v = 0;
   if (!unary) {
-    e = feature_map(ifm2, true, false, true);
+    e = feature_map(ifm2, true, false);
     if (e != Error::Ok) {
       return e;
     }
