@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from models import ConvSplitBmm
 from npu_models import ALL
-from test_property_random_graphs import KINDS as RANDOM_KINDS
-from test_property_random_graphs import H, RandomNet, W
+from test_random_graphs_keep_the_contract import KINDS as RANDOM_KINDS
+from test_random_graphs_keep_the_contract import H, RandomNet, W
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
 from ethosu_ng import runtime as rt
@@ -531,5 +531,5 @@ def _random_graph_case(kinds, target, seed):
     st.integers(0, 2**16),
 )
 def test_random_graphs_npu_model_bit_exact_to_tosa(kinds, target, seed):
-    """The random graphs of test_property_random_graphs.py (no ops pinned to the CPU)."""
+    """The random graphs of test_random_graphs_keep_the_contract.py (no ops pinned to the CPU)."""
     _random_graph_case(kinds, target, seed)
