@@ -16,7 +16,9 @@ from .slice_on_merged_axis import SliceOnMergedAxisPass
 from .unify_concat_qparams import UnifyConcatQParamsPass
 
 # Order matters: IO re-typing first, then constant folding (sees the final qparams), then the
-# rewrites that make upstream's lowering exact, and the Q/DQ commute last (it needs final qparams).
+# rewrites that make upstream's lowering exact, then the Q/DQ commute (it needs final qparams),
+# and island marking last: the commute moves quantizes in front of data-movement ops, which makes
+# new ``DQ -> op -> Q`` islands (a state buffer's cat read through a reshape) and removes none.
 PRE_PARTITION_PASSES = (
     LowerRollPass,
     SliceOnMergedAxisPass,
@@ -26,8 +28,8 @@ PRE_PARTITION_PASSES = (
     FoldQuantizedConstantsPass,
     RequantizeNonFuseableActivationPass,
     UnifyConcatQParamsPass,
-    MarkQuantizedIslandsPass,
     CommuteQDQThroughPassThroughPass,
+    MarkQuantizedIslandsPass,
 )
 
 __all__ = [

@@ -18,7 +18,7 @@ change the graph, via ``transform_for_pre_decomposition``).
 from __future__ import annotations
 
 import operator
-from typing import List, Optional
+from typing import List, Optional, Set
 
 import torch
 from torch.export import ExportedProgram
@@ -71,6 +71,32 @@ MULTI_OUTPUT_PASS_THROUGH = frozenset(
 )
 LIST_INPUT_PASS_THROUGH = frozenset({aten.cat.default, aten.concat.default})
 PASS_THROUGH_OPS = SINGLE_OUTPUT_PASS_THROUGH | MULTI_OUTPUT_PASS_THROUGH | LIST_INPUT_PASS_THROUGH
+
+
+def quantize_qparams_downstream(node: Node, skip: Optional[Node] = None) -> Set[Optional[QParams]]:
+    """The qparams of the first quantize on every path from ``node``'s users through
+    data-movement ops (which commute exactly with a per-tensor quantize); None for a path that
+    meets anything else. ``skip``: a user not to follow."""
+    found: Set[Optional[QParams]] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        for u in n.users:
+            if u is skip:
+                continue
+            if u.op == "call_function" and u.target == Q_PER_TENSOR:
+                found.add(qparams(u))
+            elif u.op == "call_function" and u.target in SINGLE_OUTPUT_PASS_THROUGH:
+                todo.append(u)
+            elif u.op == "call_function" and u.target in MULTI_OUTPUT_PASS_THROUGH:
+                for g in u.users:
+                    if g.op == "call_function" and g.target == operator.getitem:
+                        todo.append(g)
+                    else:
+                        found.add(None)
+            else:
+                found.add(None)
+    return found
 
 
 def _tensor_inputs(node: Node) -> Optional[List[Node]]:
