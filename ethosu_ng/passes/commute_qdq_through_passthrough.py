@@ -75,8 +75,8 @@ PASS_THROUGH_OPS = SINGLE_OUTPUT_PASS_THROUGH | MULTI_OUTPUT_PASS_THROUGH | LIST
 
 def quantize_qparams_downstream(node: Node, skip: Optional[Node] = None) -> Set[Optional[QParams]]:
     """The qparams of the first quantize on every path from ``node``'s users through
-    data-movement ops (which commute exactly with a per-tensor quantize); None for a path that
-    meets anything else. ``skip``: a user not to follow."""
+    data-movement ops and concatenations (which commute exactly with a per-tensor quantize);
+    None for a path that meets anything else. ``skip``: a user not to follow."""
     found: Set[Optional[QParams]] = set()
     todo = [node]
     while todo:
@@ -86,8 +86,10 @@ def quantize_qparams_downstream(node: Node, skip: Optional[Node] = None) -> Set[
                 continue
             if u.op == "call_function" and u.target == Q_PER_TENSOR:
                 found.add(qparams(u))
-            elif u.op == "call_function" and u.target in SINGLE_OUTPUT_PASS_THROUGH:
-                todo.append(u)
+            elif u.op == "call_function" and (
+                u.target in SINGLE_OUTPUT_PASS_THROUGH or u.target in LIST_INPUT_PASS_THROUGH
+            ):
+                todo.append(u)  # a cat's quantize applies to each of its inputs' elements
             elif u.op == "call_function" and u.target in MULTI_OUTPUT_PASS_THROUGH:
                 for g in u.users:
                     if g.op == "call_function" and g.target == operator.getitem:
