@@ -2,11 +2,12 @@
 
 Upstream's Arm annotators match op overloads exactly. ``torch.export`` keeps several ops in a
 spelling that is not in their lists although the same op is: ``clamp_min``/``clamp_max``/``clip``
-are ``clamp``, ``expand_as`` is ``expand``. Left alone, such a node gets no quantization
-annotation; between two annotated ops it stays float (``DQ -> clamp_min -> expand_as -> Q``), a
-chain ``MarkQuantizedIslandsPass`` cannot mark (its inner edge carries no qparams), so the
-partitioner cuts the model around it ("Node was not marked as quantized"). ``F.normalize``
-(``norm -> clamp_min(eps) -> expand_as -> div``) does exactly that inside attention.
+are ``clamp``, ``expand_as`` is ``expand``, ``relu6`` is ``hardtanh(0, 6)``. Left alone, such a
+node gets no quantization annotation; between two annotated ops it stays float
+(``DQ -> clamp_min -> expand_as -> Q``), a chain ``MarkQuantizedIslandsPass`` cannot mark (its
+inner edge carries no qparams), so the partitioner cuts the model around it ("Node was not marked
+as quantized"). ``F.normalize`` (``norm -> clamp_min(eps) -> expand_as -> div``) does exactly
+that inside attention.
 
 After the rewrite the node is the op upstream annotates (shared input/output qparams for clamp
 and expand) and lowers; values are unchanged (same ATen semantics). Found by exporting common
@@ -60,6 +61,7 @@ ALIASES: Dict[object, Rewrite] = {
     aten.clip.default: _clip(aten.clamp.default),
     aten.clip.Tensor: _clip(aten.clamp.Tensor),
     aten.expand_as.default: _expand_as,
+    aten.relu6.default: lambda n: (aten.hardtanh.default, (n.args[0], 0.0, 6.0), {}),
 }
 
 

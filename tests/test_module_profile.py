@@ -239,7 +239,7 @@ def test_recording_op_sources_leaves_the_tosa_graph_unchanged(monkeypatch):
     """The debug hook that names each operator's node must not change what Vela compiles."""
     import copy
 
-    from ethosu_ng import upstream
+    from ethosu_ng.adapters import arm as upstream
 
     real, seen = upstream.lower_to_tosa, []
 

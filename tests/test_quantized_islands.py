@@ -59,6 +59,7 @@ IDIOMS = {
     "clamp_min": (lambda: Between(lambda y: y.clamp_min(0.05)), (1, 4, 8)),
     "clamp_max": (lambda: Between(lambda y: y.clamp_max(0.1)), (1, 4, 8)),
     "expand_as": (lambda: Between(lambda y: y[..., :1].expand_as(y) * y), (1, 4, 8)),
+    "relu6": (lambda: Between(lambda y: F.relu6(y * 8)), (1, 4, 8)),
 }
 
 
@@ -118,6 +119,7 @@ _ALIAS_CASES = {
     aten.clip.default: (1, lambda x: (x[0], -0.2, 0.3)),
     aten.clip.Tensor: (2, lambda x: (x[0], x[1], None)),
     aten.expand_as.default: (2, lambda x: (x[0], x[1])),
+    aten.relu6.default: (1, lambda x: (x[0],)),
 }
 
 
@@ -127,7 +129,9 @@ def test_alias_rewrite_keeps_values(op):
     g = Graph()
     phs = [g.placeholder(f"x{k}") for k in range(n_in)]
     shapes = [(3, 4), (3, 4)] if op is not aten.expand_as.default else [(3, 1), (3, 4)]
-    ins = [torch.randn(s, generator=torch.Generator().manual_seed(k)) for k, s in enumerate(shapes)]
+    # Spread past relu6's 6 and the clamp bounds.
+    gen = torch.Generator().manual_seed(0)
+    ins = [torch.randn(s, generator=gen) * 8 for s in shapes]
     for p, t in zip(phs, ins):
         p.meta["val"] = t
     out = g.call_function(op, build(phs))

@@ -3,7 +3,9 @@
 Upstream's FoldAndAnnotateQParamsPass keeps one input-qparams entry per *argument index*; for a
 list argument (cat's tensors) the elements' qparams are merged into that one entry, so folding
 cat((a, b, c)) with different qparams is wrong there (68 LSB measured). FoldQuantizedConstantsPass
-folds every constant quantized cone in PyTorch first; these tests require max diff 0.
+folds every constant quantized cone in PyTorch first. The class (2-5 constants, any axis, mixed
+qparams, both families, host numerics) is tests/test_property_seed003.py; here the seed's recipe
+through the quantizer and the premises.
 """
 
 import numpy as np
@@ -13,7 +15,7 @@ import torch.nn as nn
 from executorch.exir import to_edge_transform_and_lower
 from tosa.TosaGraph import TosaGraph
 
-from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, EthosUNGPartitioner
+from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.export import lower, quantize
 from ethosu_ng.numerics.tosa_reference import check_delegates
@@ -92,27 +94,6 @@ CASES = {
     ),
     "repeated_input": ([h, h, v], [(1 / 127, 0), (1 / 127, 0), (0.5 / 127, 7)]),
 }
-
-
-@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_folded_cat_constant_is_exact(case, target):
-    tensors, qparams = CASES[case]
-    model = QuantizedConstCat(tensors, qparams)
-    x = (torch.randn(1, len(tensors), H, W),)
-    edge = lower_handbuilt(model, x, target)
-    gm = edge.exported_program().graph_module
-    blob = DelegateBlob.from_bytes(gm.lowered_module_0.processed_bytes)
-    want = model.cat_reference()
-    consts = [a for shape, a in folded_constants(blob).values() if a.size == want.numel()]
-    assert consts, "folded cat constant not found in the TOSA graph"
-    best = min(
-        int(np.abs(a.astype(np.int32) - want.flatten().numpy().astype(np.int32)).max())
-        for a in consts
-    )
-    assert best == 0
-    for r in check_delegates(edge, x):
-        assert r.worst <= 1
 
 
 def test_seed_recipe_through_the_quantizer():

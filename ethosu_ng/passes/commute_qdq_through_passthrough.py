@@ -36,7 +36,6 @@ from ethosu_ng.ops import (
 from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
 from ethosu_ng.passes.integer_program_io import IntegerProgramIOPass
 from ethosu_ng.passes.lower_roll import LowerRollPass
-from ethosu_ng.passes.mark_quantized_islands import MarkQuantizedIslandsPass
 from ethosu_ng.passes.qdq_nodes import QParams, as_dtype, qparams, rename_outputs, retype
 from ethosu_ng.passes.slice_on_merged_axis import SliceOnMergedAxisPass
 from ethosu_ng.passes.unify_concat_qparams import UnifyConcatQParamsPass
@@ -71,7 +70,6 @@ class CommuteQDQThroughPassThroughPass:
         IntegerProgramIOPass,
         FoldQuantizedConstantsPass,
         UnifyConcatQParamsPass,
-        MarkQuantizedIslandsPass,
     )
 
     def __call__(self, program: ExportedProgram) -> ExportedProgram:

@@ -24,15 +24,35 @@ from ethosu_ng.ops import is_quantize
 from ethosu_ng.passes.integer_program_io import IntegerProgramIOPass
 
 
+def _written_in_graph(program: ExportedProgram) -> Set[str]:
+    """Placeholders an op in the graph writes to (``state.copy_(new)`` before functionalization:
+    the signature's ``buffers_to_mutate`` does not list those yet)."""
+    written: Set[str] = set()
+    for n in program.graph_module.graph.nodes:
+        schema = getattr(n.target, "_schema", None) if n.op == "call_function" else None
+        if schema is None:
+            continue
+        for arg, a in zip(schema.arguments, n.args):
+            info = arg.alias_info
+            if info is not None and info.is_write and isinstance(a, Node):
+                written.add(a.name)
+    return written
+
+
 def _constant_values(program: ExportedProgram) -> Dict[str, torch.Tensor]:
     """Placeholder name -> value, for placeholders whose value is fixed at export."""
     sig = program.graph_signature
     mutated = set(sig.buffers_to_mutate.values())
+    written = _written_in_graph(program)
     out: Dict[str, torch.Tensor] = {}
     for spec in sig.input_specs:
         if spec.kind == InputKind.PARAMETER:
             out[spec.arg.name] = program.state_dict[spec.target]
-        elif spec.kind == InputKind.BUFFER and spec.target not in mutated:
+        elif (
+            spec.kind == InputKind.BUFFER
+            and spec.target not in mutated
+            and spec.arg.name not in written
+        ):
             src = program.state_dict if spec.persistent else program.constants
             out[spec.arg.name] = src[spec.target]
         elif spec.kind == InputKind.CONSTANT_TENSOR:

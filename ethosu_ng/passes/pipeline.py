@@ -32,8 +32,8 @@ PRE_PARTITION_PASSES: Tuple[type, ...] = (
     FoldQuantizedConstantsPass,
     RequantizeNonFuseableActivationPass,
     UnifyConcatQParamsPass,
-    MarkQuantizedIslandsPass,
     CommuteQDQThroughPassThroughPass,
+    MarkQuantizedIslandsPass,
 )
 
 

@@ -3,13 +3,20 @@ tensor re-typing, inserting an exact ``Q -> DQ`` pair, and keeping output names 
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+import operator
+from typing import Optional, Sequence, Set, Tuple
 
 import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR
+from ethosu_ng.ops import (
+    ATEN_DATA_MOVEMENT_LIST_INPUT,
+    ATEN_DATA_MOVEMENT_MULTI_OUTPUT,
+    ATEN_DATA_MOVEMENT_SINGLE_OUTPUT,
+    DEQUANTIZE_PER_TENSOR,
+    QUANTIZE_PER_TENSOR,
+)
 
 # (scale, zero_point, qmin, qmax, dtype)
 QParams = Tuple[float, int, int, int, torch.dtype]
@@ -70,3 +77,32 @@ def rename_outputs(program: ExportedProgram, before: Sequence[Optional[str]], af
     for spec, old, new in zip(program.graph_signature.output_specs, before, after):
         if isinstance(new, Node) and old != new.name and isinstance(spec.arg, TensorArgument):
             spec.arg = TensorArgument(name=new.name)
+
+
+def quantize_qparams_downstream(node: Node, skip: Optional[Node] = None) -> Set[Optional[QParams]]:
+    """The qparams of the first quantize on every path from ``node``'s users through
+    data-movement ops and concatenations (which commute exactly with a per-tensor quantize);
+    None for a path that meets anything else. ``skip``: a user not to follow."""
+    found: Set[Optional[QParams]] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        for u in n.users:
+            if u is skip:
+                continue
+            if u.op == "call_function" and u.target == QUANTIZE_PER_TENSOR:
+                found.add(qparams(u))
+            elif u.op == "call_function" and (
+                u.target in ATEN_DATA_MOVEMENT_SINGLE_OUTPUT
+                or u.target in ATEN_DATA_MOVEMENT_LIST_INPUT
+            ):
+                todo.append(u)  # a cat's quantize applies to each of its inputs' elements
+            elif u.op == "call_function" and u.target in ATEN_DATA_MOVEMENT_MULTI_OUTPUT:
+                for g in u.users:
+                    if g.op == "call_function" and g.target == operator.getitem:
+                        todo.append(g)
+                    else:
+                        found.add(None)
+            else:
+                found.add(None)
+    return found

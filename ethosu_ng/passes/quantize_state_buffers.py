@@ -11,6 +11,13 @@ written is ``Q_P``-representable, and the initial value is quantized once here. 
     state[f32] -> ...;  copy_(state, v)   into   state[int8] -> DQ_P -> ...;  copy_(state, Q_P(v))
 
 after which the slice/cat run in int8 on the NPU and the state lives in int8 (4x less RAM).
+
+The written value's quantize may sit behind data-movement ops (``new.reshape(1, -1)`` into a
+linear layer, a permute into a conv, several readers): those commute exactly with a per-tensor
+quantize, so ``Q_P`` is the quantize every reader path reaches first through them. If a path
+reaches anything else (a float consumer) or the paths disagree on P, the buffer stays float.
+When the quantizer annotated the cluster itself (int8 program input), the value written back is
+already ``DQ_P(v)``, so P is known and ``Q_P(DQ_P(v))`` written back is ``v``.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR
-from ethosu_ng.passes.qdq_nodes import as_dtype, qparams
+from ethosu_ng.passes.qdq_nodes import as_dtype, qparams, quantize_qparams_downstream
 
 _COPY = (torch.ops.aten.copy_.default,)
 
@@ -40,10 +47,15 @@ class QuantizeStateBuffersPass:
             val = state.meta.get("val")
             if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point:
                 continue
-            qps = {qparams(u) for u in value.users if u is not copy}
-            if len(qps) != 1 or None in qps:
-                continue  # the written value is not (uniquely) quantized: leave the buffer float
-            qp = qps.pop()
+            if value.op == "call_function" and value.target == DEQUANTIZE_PER_TENSOR:
+                qp = qparams(value)
+                if qp is None:
+                    continue
+            else:
+                qps = quantize_qparams_downstream(value, skip=copy)
+                if len(qps) != 1 or None in qps:
+                    continue  # the written value is not (uniquely) quantized: leave it float
+                qp = qps.pop()
             spec = buffers[state.name]
             store = program.state_dict if spec.persistent else program.constants
             scale, zp, qmin, qmax, dtype = qp

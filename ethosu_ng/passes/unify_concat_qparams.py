@@ -9,6 +9,9 @@ one input-qparams entry per argument index, merged across a list argument's elem
 
 exactly. We insert ``Q_o -> DQ_o`` on every input whose qparams differ from the output's; each
 becomes one RESCALE, and every list element then really has the qparams the single entry says.
+Input and output qparams are found through data-movement ops too: in ``cat((y, x.reshape(1,
+-1))).view(-1, 1)`` the reshape of a dequantized input carries that input's qparams and the
+quantize after the view is the cat's (the Q/DQ commute later moves both onto the cat).
 """
 
 from __future__ import annotations
@@ -17,14 +20,23 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR
+from ethosu_ng.ops import ATEN_DATA_MOVEMENT_SINGLE_OUTPUT, DEQUANTIZE_PER_TENSOR
 from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
 from ethosu_ng.passes.lower_roll import LowerRollPass
-from ethosu_ng.passes.qdq_nodes import insert_qdq, qparams
+from ethosu_ng.passes.qdq_nodes import insert_qdq, qparams, quantize_qparams_downstream
 from ethosu_ng.passes.signed_interior import SignedInteriorPass
 
 aten = torch.ops.aten
 _CONCAT = (aten.cat.default, aten.concat.default, aten.stack.default)
+
+
+def _item_qparams(item: Node):
+    """QParams of the dequantize ``item`` is, or is a data-movement view of; else None."""
+    while item.op == "call_function" and item.target in ATEN_DATA_MOVEMENT_SINGLE_OUTPUT:
+        if not isinstance(item.args[0], Node):
+            return None
+        item = item.args[0]
+    return qparams(item) if item.target == DEQUANTIZE_PER_TENSOR else None
 
 
 class UnifyConcatQParamsPass:
@@ -44,13 +56,13 @@ class UnifyConcatQParamsPass:
             items = cat.args[0]
             if not isinstance(items, (list, tuple)) or not all(isinstance(i, Node) for i in items):
                 continue
-            out_qps = {qparams(u) for u in cat.users}
+            out_qps = quantize_qparams_downstream(cat)
             if len(out_qps) != 1 or None in out_qps:
                 continue
             qp = out_qps.pop()
             new_items = []
             for item in items:
-                item_qp = qparams(item) if item.target == DEQUANTIZE_PER_TENSOR else None
+                item_qp = _item_qparams(item)
                 if item_qp is None or item_qp == qp:
                     new_items.append(item)
                     continue
