@@ -241,3 +241,44 @@ ALL = {
         mobilenetv2_block,
     )
 }
+
+
+def _inverted_residual(cin, cout, stride, expand=6):
+    h = cin * expand
+    return nn.Sequential(
+        nn.Conv2d(cin, h, 1),
+        nn.ReLU6(),
+        nn.Conv2d(h, h, 3, stride, 1, groups=h),
+        nn.ReLU6(),
+        nn.Conv2d(h, cout, 1),
+    )
+
+
+class MobileNetV2Like224(nn.Module):
+    """The first MobileNetV2 stages at 224x224 (136 M MACs): real-sized feature maps, striping,
+    weight double-buffering DMAs. Slow (TOSA reference model at this size)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 32, 3, 2, 1)
+        self.blocks = nn.Sequential(
+            _inverted_residual(32, 16, 1, 1),
+            _inverted_residual(16, 24, 2),
+            _inverted_residual(24, 24, 1),
+            _inverted_residual(24, 32, 2),
+            _inverted_residual(32, 32, 1),
+            _inverted_residual(32, 64, 2),
+            _inverted_residual(64, 64, 1),
+        )
+        self.head = nn.Conv2d(64, 256, 1)
+
+    def forward(self, x):
+        y = F.relu6(self.head(self.blocks(F.relu6(self.stem(x)))))
+        return F.adaptive_avg_pool2d(y, 1).flatten(1)
+
+
+def mobilenetv2_like_224():
+    return MobileNetV2Like224(), (_img(3, 224, 224),)
+
+
+SLOW = {"mobilenetv2_like_224": mobilenetv2_like_224}

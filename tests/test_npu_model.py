@@ -25,7 +25,7 @@ from conftest import calibration_batches
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from models import ConvSplitBmm
-from npu_models import ALL
+from npu_models import ALL, SLOW
 from test_random_graphs_keep_the_contract import KINDS as RANDOM_KINDS
 from test_random_graphs_keep_the_contract import H, RandomNet, W
 
@@ -48,7 +48,7 @@ def _compiled(name: str, target: str):
     key = (name, target)
     if key not in _cache:
         torch.manual_seed(0)
-        model, example = {**ALL, **DEVIATIONS}[name]()
+        model, example = {**ALL, **SLOW, **DEVIATIONS}[name]()
         spec = EthosUNGCompileSpec(target, embed_tosa=True)
         q = quantize(model.eval(), example, spec, calibration=calibration_batches(example))
         edge, _ = lower(q, example, spec)
@@ -87,6 +87,18 @@ def test_npu_model_bit_exact_to_tosa(name, target):
                 f"{name} {target} seed {seed} output {k}: {int((diff > 0).sum())} of "
                 f"{diff.numel()} elements differ, max {diff.max().item()}"
             )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", sorted(SLOW))
+def test_npu_model_bit_exact_to_tosa_slow(name, target):
+    """Real-sized feature maps (224x224); one seed (the reference model is slow here)."""
+    pte, _, example = _compiled(name, target)
+    inputs = _inputs(example, 0)
+    got = rt.run_pte(pte, inputs, npu="model")
+    want = rt.run_pte(pte, inputs, npu="tosa")
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -202,6 +202,10 @@ bool mlw_decode(
         }
         zcarry = cnt;
         zpos += zn;
+        if (zcarry >= (1 << 24)) {
+          say(msg, msg_cap, "weight stream slice %d: unterminated zero-run unary code", slice);
+          return false;
+        }
       }
       if (wen) {
         const int max_symbols = uncompressed && wshift > 5 ? 8 : 12;
@@ -227,11 +231,22 @@ bool mlw_decode(
         }
         wcarry = cnt;
         wpos += wn;
+        if (wcarry >= (1 << 24)) {
+          say(msg, msg_cap, "weight stream slice %d: unterminated weight unary code", slice);
+          return false;
+        }
       }
       if (wprev_en) {
         for (int i = 0; i < wprev_n && wprev_pos < nvalues; ++i, ++wprev_pos) {
           uint32_t rem = 0;
           MLW_GET(rem, wshift, "WREMAIN");
+          // A weight index has 9 bits: a larger quotient is a corrupt stream
+          // (and would overflow the shift below).
+          if (wprev_q[i] >= 512) {
+            say(msg, msg_cap, "weight stream slice %d: weight quotient %d exceeds 9 bits", slice,
+                wprev_q[i]);
+            return false;
+          }
           wval[wprev_pos] = (wprev_q[i] << wshift) + static_cast<int>(rem);
         }
       }
@@ -239,6 +254,11 @@ bool mlw_decode(
         for (int i = 0; i < zprev_n && zprev_pos < z_nvalues; ++i, ++zprev_pos) {
           uint32_t rem = 0;
           MLW_GET(rem, zshift, "ZREMAIN");
+          if (zprev_q[i] >= (1 << 24)) {
+            say(msg, msg_cap, "weight stream slice %d: zero-run quotient %d implausible", slice,
+                zprev_q[i]);
+            return false;
+          }
           zval[zprev_pos] = (zprev_q[i] << zshift) + static_cast<int>(rem);
           total_zeros += zval[zprev_pos];
         }
