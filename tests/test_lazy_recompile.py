@@ -48,17 +48,18 @@ def test_nested_contexts_restore_only_at_the_outermost_exit():
 def test_concurrent_contexts_share_one_patch():
     """Two threads entering and leaving in an interleaved order: torch's methods come back only
     when both have left, and every module is correct afterwards."""
-    entered, release = threading.Barrier(2), threading.Event()
+    # Generous timeouts: they only bound a hang; a loaded CI machine is slow, not wrong.
+    entered, release = threading.Barrier(2, timeout=300), threading.Event()
     modules, errors = [], []
 
     def worker(wait: bool):
         try:
             gm = symbolic_trace(_AddOne())
             with deferred_recompile():
-                entered.wait(10)
+                entered.wait()
                 _retarget_to_mul(gm)
                 if wait:
-                    release.wait(10)
+                    release.wait(300)
             modules.append(gm)
         except Exception as e:  # noqa: BLE001 - reported by the assert below
             errors.append(e)
@@ -67,10 +68,13 @@ def test_concurrent_contexts_share_one_patch():
     fast = threading.Thread(target=worker, args=(False,))
     slow.start()
     fast.start()
-    fast.join(10)
-    assert lazy_recompile.is_active()  # the slow thread is still inside
-    release.set()
-    slow.join(10)
+    try:
+        fast.join(300)
+        assert not fast.is_alive() and not errors, errors
+        assert lazy_recompile.is_active()  # the slow thread is still inside
+    finally:
+        release.set()
+        slow.join(300)
     assert not errors, errors
     assert not lazy_recompile.is_active()
     assert GraphModule.recompile is lazy_recompile._real_recompile

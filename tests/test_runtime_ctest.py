@@ -50,6 +50,8 @@ def configure_sanitize_build():
             "-DCMAKE_BUILD_TYPE=Debug",
             "-DETHOSU_NG_SANITIZE=ON",
             "-DETHOSU_NG_WERROR=ON",
+            # libethosu_ng_host.so too, for Python runs under ASan (test_runtime_lifetime.py).
+            "-DETHOSU_NG_SANITIZED_HOST_LIB=ON",
             f"-DETHOSU_NG_PYTHON={sys.executable}",
         ]
     )
