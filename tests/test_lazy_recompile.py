@@ -52,9 +52,13 @@ def test_concurrent_contexts_share_one_patch():
     entered, release = threading.Barrier(2, timeout=300), threading.Event()
     modules, errors = [], []
 
+    # Traced here: torch.fx's symbolic_trace patches torch globally and is not thread-safe (two
+    # concurrent traces can leave nn.Module.__call__ patched for the rest of the process).
+    traced = {True: symbolic_trace(_AddOne()), False: symbolic_trace(_AddOne())}
+
     def worker(wait: bool):
         try:
-            gm = symbolic_trace(_AddOne())
+            gm = traced[wait]
             with deferred_recompile():
                 entered.wait()
                 _retarget_to_mul(gm)
