@@ -133,7 +133,8 @@ class RandomNet(nn.Module):
         return x
 
 
-N_EXAMPLES = int(os.environ.get("ETHOSU_NG_PROPERTY_EXAMPLES", "50"))
+# CI's share of the property (about 4 s per lowered graph); the slow variant below draws 300.
+N_EXAMPLES = int(os.environ.get("ETHOSU_NG_PROPERTY_EXAMPLES", "25"))
 
 
 def check_one(kinds, pinned, target, seed):
