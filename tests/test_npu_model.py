@@ -138,6 +138,24 @@ def test_vela_deviation_matmul_over_aliased_ofm_tiles(target):
     assert torch.equal(got[1], want[1])
 
 
+def test_zoo_check_sees_the_vela_deviation():
+    """The zoo comparison (bench/zoo_table.py npu_model_one, tests/zoo/test_npu_model_zoo.py)
+    can fail: on ConvSplitBmm it reports the bmm output's difference and the aliased kernels,
+    and the split output exact; its weight streams decode equal to Vela's."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "bench", "zoo_table.py")
+    spec = importlib.util.spec_from_file_location("zoo_table", path)
+    zoo_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zoo_table)
+    factory = os.path.join(os.path.dirname(__file__), "models.py") + ":conv_split_bmm"
+    r = zoo_table.npu_model_one(factory, "ethos-u55-128")
+    lsb = [x for d in r["per_delegate"] for x in d["lsb"]]
+    assert max(lsb) > 1 and min(lsb) == 0 and r["differing"] > 0, r["per_delegate"]
+    assert r["worst_lsb"] > 1 and r["aliased_ofm_ops"] >= 4
+    assert r["weight_streams"] >= 1 and r["weight_streams_differing"] == 0
+
+
 # ------------------------------------------------------------- delegate-level harness
 def _run_delegate(
     blob: DelegateBlob,
