@@ -2,6 +2,7 @@
 
     python bench/npu_model.py                       # the small models of tests/npu_models.py
     python bench/npu_model.py timm:mobilenetv2_100 --target ethos-u65-256 --repeat 3
+    python bench/npu_model.py --zoo [--target T]     # the zoo models of bench/zoo_table.py
 
 Each model is quantized and lowered through the real pipeline (Vela), then every delegate's
 driver payload is run on the NPU model directly (``ethosu_ng.runtime.npu_model_run``, inputs of
@@ -87,10 +88,17 @@ def bench(spec: str, target: str, repeat: int) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models", nargs="*", default=[f"npu:{n}" for n in ALL])
+    ap.add_argument("models", nargs="*", default=None)
     ap.add_argument("--target", default="ethos-u55-128")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--zoo", action="store_true", help="the zoo models (bench/zoo_table.py)")
     args = ap.parse_args(argv)
+    if args.zoo:
+        sys.path.insert(0, os.path.join(REPO, "bench"))
+        from zoo_table import ZOO
+
+        args.models = ZOO
+    args.models = args.models or [f"npu:{n}" for n in ALL]
     rt.load_host_runtime()
     print("| model | target | delegates | NPU kernels | MACs | host time / inference | MAC/s |")
     print("|---|---|---|---|---|---|---|")

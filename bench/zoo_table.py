@@ -16,6 +16,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import queue
 import time
 import traceback
 from pathlib import Path
@@ -30,6 +31,8 @@ ZOO = [
     "torchvision:mobilenet_v3_small",
 ]
 TARGETS = ["ethos-u55-128", "ethos-u85-256"]
+# The targets the NPU model (runtime/ethosu_ng/npu_model) executes; U85 is not modelled.
+NPU_MODEL_TARGETS = ["ethos-u55-128", "ethos-u65-256"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -89,31 +92,163 @@ def compile_one(model_spec: str, target: str) -> dict:
     }
 
 
-def _child(model_spec, target, queue):
+def npu_model_one(model_spec: str, target: str, seed: int = 0) -> dict:
+    """NPU model vs TOSA reference model on every delegate output of one zoo model, and the C++
+    weight decoder vs Vela's ``mlw_codec.decode`` on every weight stream its kernels read.
+
+    Walks the lowered program in Python (CPU ops in PyTorch); at each delegate the same integer
+    inputs go to the embedded TOSA graph and, laid out in scratch as the backend lays them out,
+    to Vela's command stream on the NPU model. The program continues on the TOSA outputs, so
+    each delegate is judged on identical inputs.
+    """
+    import sys
+
+    import numpy as np
+    import torch
+    from torch.fx import Interpreter
+
+    from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
+    from ethosu_ng import runtime as rt
+    from ethosu_ng.export import lower, quantize
+    from ethosu_ng.numerics.tosa_reference import (
+        _module,
+        logical_to_npu,
+        npu_to_logical,
+        run_tosa,
+    )
+    from ethosu_ng.ops import CALL_DELEGATE
+    from ethosu_ng.tools.model_source import load_model
+
+    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+    from ethosu import mlw_codec
+    from npu_payload import streams
+
+    t0 = time.time()
+    m = load_model(model_spec)
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    g = torch.Generator().manual_seed(1)
+    calib = [tuple(torch.randn(t.shape, generator=g) for t in m.example_inputs) for _ in range(2)]
+    q = quantize(m.model, m.example_inputs, spec, calibration=calib)
+    edge, _ = lower(q, m.example_inputs, spec)
+    compile_s = time.time() - t0
+    rt.load_host_runtime()
+    delegates = []
+
+    class Both(Interpreter):
+        def call_function(self, fn, args, kwargs):
+            if fn is not CALL_DELEGATE:
+                return super().call_function(fn, args, kwargs)
+            lowered, *inputs = args
+            blob = DelegateBlob.from_bytes(lowered.processed_bytes)
+            raw = [logical_to_npu(t, s) for t, s in zip(inputs, blob.inputs)]
+            want = [np.asarray(a) for a in run_tosa(blob.tosa, [torch.from_numpy(a) for a in raw])]
+            scratch = bytearray(blob.scratch_size)
+            fast = bytearray(blob.fast_scratch_size) if blob.fast_scratch_size else None
+            for s, a in zip(blob.inputs, raw):
+                scratch[s.offset : s.offset + s.byte_size] = a.tobytes()
+            t = time.perf_counter()
+            rt.npu_model_run(blob.command_stream, blob.weights, scratch, fast)
+            host_s = time.perf_counter() - t
+            st = rt.npu_model_stats()
+            lsb, differing = [], []
+            for s, w in zip(blob.outputs, want):
+                dtype = np.dtype(str(s.dtype).removeprefix("torch."))
+                got = np.frombuffer(scratch, dtype, s.numel, s.offset)
+                w = w.reshape(-1)
+                if w.dtype.itemsize == got.dtype.itemsize:
+                    w = w.view(got.dtype)  # TOSA's signed tensor for an unsigned IO entry
+                d = np.abs(got.astype(np.int64) - w.astype(np.int64))
+                lsb.append(int(d.max()) if d.size else 0)
+                differing.append(int((d > 0).sum()))
+            untraced = []
+            found = streams(blob.command_stream, len(blob.weights), untraced)
+            weights = {(o, n) for k, o, n in found if k == "weights"}
+            bad = [(o, n, why) for o, n in sorted(weights) if (why := _mlw_mismatch(blob, o, n))]
+            delegates.append(
+                {
+                    "lsb": lsb,
+                    "differing": differing,
+                    "aliased_ofm_ops": st["aliased_ofm_ops"],
+                    "ops": st["ops"],
+                    "macs": st["macs"],
+                    "host_s": host_s,
+                    "weight_streams": len(weights),
+                    "weight_streams_differing": bad,
+                    "untraced_streams": untraced,
+                }
+            )
+            out = [npu_to_logical(w, s) for s, w in zip(blob.outputs, want)]
+            return tuple(out)
+
+    def _mlw_mismatch(blob, off, n):
+        stream = blob.weights[off : off + n]
+        try:
+            ours = rt.mlw_decode(stream)
+        except ValueError as e:
+            return f"ours: {e}"
+        try:
+            theirs = np.asarray(mlw_codec.decode(bytearray(stream)), np.int16)
+        except Exception as e:  # noqa: BLE001 - recorded, the comparison goes on
+            return f"mlw_codec: {type(e).__name__}: {e}"
+        if not np.array_equal(ours, theirs):
+            return f"{len(ours)} vs {len(theirs)} weights, first values {ours[:4]} {theirs[:4]}"
+        return ""
+
+    gen = torch.Generator().manual_seed(seed)
+    Both(_module(edge)).run(*[torch.randn(t.shape, generator=gen) for t in m.example_inputs])
+    return {
+        "model": model_spec,
+        "target": target,
+        "ok": True,
+        "compile_s": round(compile_s, 1),
+        "delegates": len(delegates),
+        "outputs": sum(len(d["lsb"]) for d in delegates),
+        "worst_lsb": max((x for d in delegates for x in d["lsb"]), default=0),
+        "differing": sum(x for d in delegates for x in d["differing"]),
+        "aliased_ofm_ops": sum(d["aliased_ofm_ops"] for d in delegates),
+        "ops": sum(d["ops"] for d in delegates),
+        "macs": sum(d["macs"] for d in delegates),
+        "host_s": round(sum(d["host_s"] for d in delegates), 3),
+        "weight_streams": sum(d["weight_streams"] for d in delegates),
+        "weight_streams_differing": sum(len(d["weight_streams_differing"]) for d in delegates),
+        "untraced_streams": sum(len(d["untraced_streams"]) for d in delegates),
+        "per_delegate": delegates,
+    }
+
+
+def _child(model_spec, target, queue, fn="compile_one"):
     try:
-        queue.put(compile_one(model_spec, target))
-    except BaseException:
-        last = traceback.format_exc().strip().splitlines()[-1]
-        queue.put({"model": model_spec, "target": target, "ok": False, "why": last[:300]})
+        queue.put(globals()[fn](model_spec, target))
+    except BaseException as e:
+        traceback.print_exc()
+        # The exception's first line: torch's last traceback line is often only advice.
+        first = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        queue.put({"model": model_spec, "target": target, "ok": False, "why": first[:300]})
 
 
-def run(model_spec, target, timeout):
-    ctx = mp.get_context("fork")
+def run(model_spec, target, timeout, fn="compile_one", start="fork"):
+    ctx = mp.get_context(start)
     q = ctx.Queue()
-    p = ctx.Process(target=_child, args=(model_spec, target, q))
+    p = ctx.Process(target=_child, args=(model_spec, target, q, fn))
     t0 = time.time()
     p.start()
-    p.join(timeout)
-    if p.is_alive():
-        p.kill()
-        return {
-            "model": model_spec,
-            "target": target,
-            "ok": False,
-            "why": f"timed out after {timeout} s",
-        }
-    if not q.empty():
-        return q.get()
+    # Read before joining: a child blocks on exit until its queued result is read.
+    while True:
+        try:
+            r = q.get(timeout=2)
+            p.join(60)
+            return r
+        except queue.Empty:
+            if not p.is_alive():
+                break
+            if time.time() - t0 > timeout:
+                p.kill()
+                return {
+                    "model": model_spec,
+                    "target": target,
+                    "ok": False,
+                    "why": f"timed out after {timeout} s",
+                }
     return {
         "model": model_spec,
         "target": target,
@@ -122,15 +257,53 @@ def run(model_spec, target, timeout):
     }
 
 
-def markdown(rows) -> str:
+def _npu_cell(model, target, npu_rows) -> str:
+    if target not in NPU_MODEL_TARGETS:
+        return "n/a (U85 not modelled)"
+    r = next((x for x in npu_rows if x["model"] == model and x["target"] == target), None)
+    if r is None:
+        return "not run"
+    if not r["ok"]:
+        return "failed (below)"
+    return f"{r['worst_lsb']} LSB"
+
+
+def npu_markdown(npu_rows) -> str:
     out = [
-        "| model | target | partitions | NPU op share | Vela NPU cycles | SRAM KiB | .pte bytes | "
-        "compile s | float boundary tensors | numerics (worst delegate, delegates within 1 LSB) |",
+        "| model | target | delegates | outputs | NPU model vs TOSA (LSB) | elements differing | "
+        "weight streams = `mlw_codec.decode` | NPU kernels | MACs | NPU model host s |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    for model in ZOO:
+        for target in NPU_MODEL_TARGETS:
+            r = next((x for x in npu_rows if x["model"] == model and x["target"] == target), None)
+            if r is None:
+                out.append(f"| {model} | {target} | not run |" + " |" * 7)
+            elif not r["ok"]:
+                out.append(f"| {model} | {target} | failed: {r['why']} |" + " |" * 7)
+            else:
+                ok = r["weight_streams"] - r["weight_streams_differing"]
+                out.append(
+                    f"| {model} | {target} | {r['delegates']} | {r['outputs']} | "
+                    f"{r['worst_lsb']} | {r['differing']} | {ok}/{r['weight_streams']} | "
+                    f"{r['ops']:,} | {r['macs'] / 1e6:,.0f} M | {r['host_s']:.2f} |"
+                )
+    return "\n".join(out)
+
+
+def markdown(rows, npu_rows=()) -> str:
+    out = [
+        "| model | target | partitions | NPU op share | Vela NPU cycles | SRAM KiB | .pte bytes | "
+        "compile s | float boundary tensors | numerics (worst delegate, delegates within 1 LSB) | "
+        "NPU model vs TOSA (LSB) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
+        npu = _npu_cell(r["model"], r["target"], npu_rows)
         if not r["ok"]:
-            out.append(f"| {r['model']} | {r['target']} | failed: {r['why']} |" + " |" * 7)
+            out.append(
+                f"| {r['model']} | {r['target']} | failed: {r['why']} |" + " |" * 7 + f" {npu} |"
+            )
             continue
         cyc = f"{r['npu_cycles']:,.0f}" if r["npu_cycles"] else "-"
         out.append(
@@ -139,7 +312,7 @@ def markdown(rows) -> str:
             f"{cyc} | {r['sram_kib']:,.1f} | {r['pte_bytes']:,} ({r.get('pte_kind', '+TOSA')}) | "
             f"{r['compile_s']} | "
             f"{r['float_boundary']} | {r['worst_lsb']} LSB, "
-            f"{r['delegates_within_1lsb']}/{r['partitions']} |"
+            f"{r['delegates_within_1lsb']}/{r['partitions']} | {npu} |"
         )
     out += [
         "",
@@ -156,6 +329,21 @@ def markdown(rows) -> str:
         "mobilevit_s and swin_tiny for ethos-u55-128 are one partition with no CPU compute "
         "because of `passes/slice_on_merged_axis.py` (upstream's Vela compile crashes on both "
         "for U55; docs/benchmarks.md).",
+        "",
+        "## NPU model vs TOSA",
+        "",
+        "Generated by `python bench/zoo_table.py --npu-model` (the rows measured so far; the same "
+        "check is `tests/zoo/test_npu_model_zoo.py`, `-m slow`). Per model and target, compiled "
+        "with `embed_tosa=True`: at every delegate the same integer inputs (one random input "
+        "batch, seed 0) go to the delegate's TOSA graph on the TOSA reference model and to Vela's "
+        "command stream on the NPU model (runtime/ethosu_ng/npu_model, docs/npu-model.md); the "
+        "column is the largest difference over all delegate outputs, in integer steps. Every "
+        "weight stream the kernels read is also decoded by the model's decoder and by Vela's "
+        "`mlw_codec.decode`. The `ethos-u55-128` rows of the table above show the same LSB "
+        "figure; ethos-u85-256 is not modelled. NPU model host s: the model's own time for one "
+        "inference (all delegates, no .pte runtime), one core of a shared machine.",
+        "",
+        npu_markdown(npu_rows),
     ]
     return "\n".join(out)
 
@@ -169,11 +357,30 @@ def main():
     ap.add_argument("--timeout", type=int, default=2400)
     ap.add_argument("--out", default=os.path.join(HERE, "..", "docs", "zoo.md"))
     ap.add_argument("--render", action="store_true", help="only rewrite the .md from the .json")
+    ap.add_argument(
+        "--npu-model",
+        action="store_true",
+        help="compare the NPU model with TOSA (targets default to "
+        + " ".join(NPU_MODEL_TARGETS)
+        + ")",
+    )
     args = ap.parse_args()
     json_path = os.path.splitext(args.out)[0] + ".json"
     rows = json.loads(Path(json_path).read_text()) if os.path.exists(json_path) else []
     if args.render:
         write_md(args.out, rows)
+        return
+    if args.npu_model:
+        targets = args.targets if args.targets != TARGETS else NPU_MODEL_TARGETS
+        for model in args.models:
+            for target in targets:
+                # spawn: the child must not inherit a process in which torch has run.
+                r = run(model, target, args.timeout, fn="npu_model_one", start="spawn")
+                print(json.dumps({k: v for k, v in r.items() if k != "per_delegate"}), flush=True)
+                npu = _npu_rows(args.out)
+                npu = [x for x in npu if not (x["model"] == model and x["target"] == target)]
+                Path(_npu_json(args.out)).write_text(json.dumps(npu + [r], indent=1))
+                write_md(args.out, rows)
         return
     for model in args.models:
         for target in args.targets:
@@ -182,6 +389,15 @@ def main():
             rows = [x for x in rows if not (x["model"] == model and x["target"] == target)] + [r]
             Path(json_path).write_text(json.dumps(rows, indent=1))
             write_md(args.out, rows)
+
+
+def _npu_json(md_path) -> str:
+    return os.path.splitext(md_path)[0] + "_npu_model.json"
+
+
+def _npu_rows(md_path) -> list:
+    p = _npu_json(md_path)
+    return json.loads(Path(p).read_text()) if os.path.exists(p) else []
 
 
 def write_md(path, rows):
@@ -195,7 +411,7 @@ def write_md(path, rows):
             "TOSA graph on the "
             "TOSA reference model vs the eager quantized model on the same inputs).\n\n"
         )
-        f.write(markdown(rows) + "\n")
+        f.write(markdown(rows, _npu_rows(path)) + "\n")
 
 
 if __name__ == "__main__":

@@ -275,15 +275,20 @@ def run_with_pools(
     inputs: Optional[Sequence[np.ndarray]] = None,
     outputs: Optional[Sequence[Tuple[int, np.dtype]]] = None,
     method: str = "forward",
+    npu: Optional[str] = None,
 ) -> Tuple[List[np.ndarray], PoolUsage]:
     """Load ``method`` with pools of exactly these sizes (and, given ``inputs``, run it).
 
     ``inputs``: arrays whose bytes are the method's inputs in the program's dim order.
     ``outputs``: (byte size, dtype) per output; default from the program's metadata.
+    ``npu``: what runs the delegates, as in ``runtime.run_pte`` (default: the program's).
     Returns the outputs (flat arrays, program dim order) and what the pools used; raises
     ``PoolRunError`` when a step fails (e.g. an exhausted allocator)."""
+    from ethosu_ng.runtime import default_npu_for, set_npu
+
     f = _lib()
     pte = bytes(pte)
+    set_npu(npu or default_npu_for(pte))
     sz = ctypes.c_size_t
     arena_arr = (sz * max(1, len(arenas)))(*arenas)
     usage = _Usage()

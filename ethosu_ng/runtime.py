@@ -1,12 +1,19 @@
 """Run ethosu_ng .pte programs on the host, through the C++ delegate runtime.
 
 ``load_host_runtime()`` builds ``libethosu_ng_host.so`` (CMake, from ``runtime/`` in this repo) if
-needed, loads it with ``RTLD_GLOBAL`` so its static initializer registers ``EthosUNGBackend``
-into the ExecuTorch runtime of the executorch wheel, and registers a Python callback that plays
-the NPU: the C++ backend validates the delegate's inputs, layout-copies them into the NPU scratch
-buffer exactly as on the device, and the callback runs the delegate's embedded TOSA flatbuffer
-(compile with ``EthosUNGCompileSpec(..., embed_tosa=True)``) on the TOSA reference model and
-writes the outputs into scratch, from where the backend copies them out.
+needed and loads it with ``RTLD_GLOBAL`` so its static initializer registers ``EthosUNGBackend``
+into the ExecuTorch runtime of the executorch wheel. The C++ backend validates each delegate's
+inputs and layout-copies them into the NPU scratch buffer exactly as on the device; then the host
+driver plays the NPU, in one of two ways (``npu=`` of ``run_pte``):
+
+- ``"model"`` (the default): Vela's command stream, weights and scales run on the Ethos-U55/U65
+  functional model (runtime/ethosu_ng/npu_model, docs/npu-model.md), which leaves the outputs in
+  scratch as the NPU would. Works on a firmware .pte (no TOSA inside).
+- ``"tosa"``: a registered Python callback runs the delegate's embedded TOSA flatbuffer (compile
+  with ``EthosUNGCompileSpec(..., embed_tosa=True)``) on the TOSA reference model and writes the
+  outputs into scratch. Programs for Ethos-U85, which the model does not cover, default to it.
+
+Either way the backend copies the outputs out of scratch as on the device.
 
 After that, ``load_pte(pte).method("forward").execute(inputs)`` runs the whole program: CPU ops
 on ExecuTorch's kernels, delegates in our C++ code (``run_pte`` in one call). It wraps
@@ -419,9 +426,11 @@ class HostMethod:
     def metadata(self):
         return self._method.metadata
 
-    def execute(self, inputs: Sequence) -> list:
+    def execute(self, inputs: Sequence, npu: Optional[str] = None) -> list:
         """Run with ``inputs`` (torch tensors of any layout, laid out as the program planned:
-        see ``run_pte``); returns the outputs as a list."""
+        see ``run_pte``); returns the outputs as a list. ``npu``: what runs the delegates
+        (``run_pte``); ``None`` is the program's default (``HostProgram.default_npu``)."""
+        set_npu(npu or self.program.default_npu)
         inputs = list(inputs)
         orders = self._input_orders
         if len(orders) == len(inputs):
@@ -448,6 +457,7 @@ class HostProgram:
         self.data = data
         self._program = Runtime.get().load_program(data)
         self._methods: dict = {}
+        self.default_npu = default_npu_for(data)
 
     @property
     def method_names(self) -> set:
@@ -463,8 +473,8 @@ class HostProgram:
             self._methods[name] = HostMethod(self, name, loaded)
         return self._methods[name]
 
-    def run(self, inputs: Sequence, method: str = "forward") -> list:
-        return self.method(method).execute(inputs)
+    def run(self, inputs: Sequence, method: str = "forward", npu: Optional[str] = None) -> list:
+        return self.method(method).execute(inputs, npu)
 
 
 def load_pte(pte) -> HostProgram:
@@ -486,7 +496,34 @@ def load_pte(pte) -> HostProgram:
 
 
 NPU_MODES = {"tosa": 0, "model": 1}  # host_api.h ETHOSU_NG_NPU_TOSA / ETHOSU_NG_NPU_MODEL
-DEFAULT_NPU = "tosa"
+# Vela's command stream on the NPU model: a firmware .pte (no TOSA inside) runs as it is.
+DEFAULT_NPU = "model"
+# Product field of the driver payload's optimizer config the NPU model executes (0 U55, 1 U65).
+MODEL_PRODUCTS = (0, 1)
+
+
+def payload_product(payload: bytes) -> Optional[int]:
+    """The product field (bits 28..31) of a Vela driver payload's optimizer config: 0 Ethos-U55,
+    1 Ethos-U65, 2 Ethos-U85; None if the payload has no config action where expected."""
+    import struct
+
+    # COP1 fourcc, then the config action (tag 1) with the optimizer config word after it.
+    if len(payload) < 12 or payload[:4] != b"COP1" or payload[4] != 1:
+        return None
+    return struct.unpack_from("<I", payload, 8)[0] >> 28
+
+
+def default_npu_for(pte: bytes) -> str:
+    """``DEFAULT_NPU``, except ``"tosa"`` for a program with a delegate the NPU model does not
+    execute (an Ethos-U85 command stream: the model covers U55/U65 only)."""
+    from ethosu_ng.blob import DelegateBlob
+
+    for backend, data in exir.pte_delegate_payloads(pte):
+        if backend == BACKEND_ID:
+            product = payload_product(DelegateBlob.from_bytes(data).command_stream)
+            if product is not None and product not in MODEL_PRODUCTS:
+                return "tosa"
+    return DEFAULT_NPU
 
 
 class NpuModelError(RuntimeError):
@@ -498,7 +535,11 @@ class NpuModelError(RuntimeError):
 
 
 def set_npu(npu: str) -> None:
-    """Select what the host driver runs for each delegate: ``"tosa"`` or ``"model"``."""
+    """Select what the host driver runs for each delegate: ``"tosa"`` or ``"model"``.
+
+    Process-wide; ``HostMethod.execute`` and ``run_pte`` set it on every call (their ``npu``
+    argument or the program's default), so this is for callers of the C API only.
+    """
     if npu not in NPU_MODES:
         raise ValueError(f"npu must be one of {sorted(NPU_MODES)}, not {npu!r}")
     load_host_runtime().ethosu_ng_set_npu_mode(NPU_MODES[npu])
@@ -559,9 +600,10 @@ def mlw_decode(stream: bytes) -> np.ndarray:
 def run_pte(pte, inputs: Sequence, method: str = "forward", npu: Optional[str] = None) -> list:
     """Load a .pte (bytes or path) and run ``method`` with the C++ delegate runtime.
 
-    ``npu`` selects what runs each delegate: ``"tosa"`` (the embedded TOSA graph on the
-    reference model; needs ``embed_tosa=True``) or ``"model"`` (the Vela command stream on the
-    Ethos-U55/U65 functional model). ``None`` uses ``DEFAULT_NPU``.
+    ``npu`` selects what runs each delegate: ``"model"`` (Vela's command stream on the
+    Ethos-U55/U65 functional model) or ``"tosa"`` (the embedded TOSA graph on the reference
+    model; needs ``embed_tosa=True``). ``None``: ``DEFAULT_NPU`` (the model), or ``"tosa"`` for
+    an Ethos-U85 program, which the model does not execute (``default_npu_for``).
 
     Inputs are torch tensors with any layout: ``executorch.runtime`` copies an input's storage
     as is into the planned input buffer (it ignores torch strides), so a channels-last tensor fed
@@ -572,5 +614,4 @@ def run_pte(pte, inputs: Sequence, method: str = "forward", npu: Optional[str] =
     or kernel error surfaces as the RuntimeError ``executorch.runtime`` raises; the C++ side
     logs the reason (input/output index, expected and got) on stderr.
     """
-    set_npu(npu or DEFAULT_NPU)
-    return load_pte(pte).method(method).execute(inputs)
+    return load_pte(pte).method(method).execute(inputs, npu)

@@ -23,6 +23,11 @@ class ConvSplitBmm(nn.Module):
         return (torch.randn(1, 3, 8, 8),)
 
 
+def conv_split_bmm():
+    """``tests/models.py:conv_split_bmm`` for ``load_model`` (the zoo check's negative case)."""
+    return ConvSplitBmm(), ConvSplitBmm.example()
+
+
 class AttentionBlock(nn.Module):
     """Multi-head self-attention with explicit bmm (the ops a user pins to CPU)."""
 

@@ -159,8 +159,16 @@ def test_verify_runs_the_pte_on_the_host_runtime(tmp_path, capsys):
 
 
 def test_verify_needs_embedded_tosa(compiled, capsys):
-    code, _, err = run(["verify", compiled], capsys)
+    code, _, err = run(["verify", compiled, "--npu", "tosa"], capsys)
     assert code != 0 and "--embed-tosa" in err
+
+
+def test_verify_runs_a_firmware_pte_on_the_npu_model_by_default(compiled, capsys):
+    """No TOSA inside, no --npu: the delegates run on the NPU model, and verify says so."""
+    code, out, err = run(["verify", compiled, "-n", "2"], capsys)
+    assert code == 0, err
+    assert "delegates run on the Ethos-U NPU model (default, --npu model)" in out
+    assert "output 0: max |pte - eager quantized|" in out
 
 
 @pytest.mark.parametrize(

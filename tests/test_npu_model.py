@@ -26,6 +26,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from models import ConvSplitBmm
 from npu_models import ALL, SLOW
+from npu_payload import (
+    DMA_DST,
+    DMA_DST_REGION,
+    DMA_LEN,
+    DMA_SRC,
+    DMA_SRC_REGION,
+    OP_DMA_START,
+    WEIGHT_BASE,
+    cmd_stream,
+    commands,
+    streams,
+)
 from test_random_graphs_keep_the_contract import KINDS as RANDOM_KINDS
 from test_random_graphs_keep_the_contract import H, RandomNet, W
 
@@ -126,86 +138,25 @@ def test_vela_deviation_matmul_over_aliased_ofm_tiles(target):
     assert torch.equal(got[1], want[1])
 
 
+def test_zoo_check_sees_the_vela_deviation():
+    """The zoo comparison (bench/zoo_table.py npu_model_one, tests/zoo/test_npu_model_zoo.py)
+    can fail: on ConvSplitBmm it reports the bmm output's difference and the aliased kernels,
+    and the split output exact; its weight streams decode equal to Vela's."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "bench", "zoo_table.py")
+    spec = importlib.util.spec_from_file_location("zoo_table", path)
+    zoo_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zoo_table)
+    factory = os.path.join(os.path.dirname(__file__), "models.py") + ":conv_split_bmm"
+    r = zoo_table.npu_model_one(factory, "ethos-u55-128")
+    lsb = [x for d in r["per_delegate"] for x in d["lsb"]]
+    assert max(lsb) > 1 and min(lsb) == 0 and r["differing"] > 0, r["per_delegate"]
+    assert r["worst_lsb"] > 1 and r["aliased_ofm_ops"] >= 4
+    assert r["weight_streams"] >= 1 and r["weight_streams_differing"] == 0
+
+
 # ------------------------------------------------------------- delegate-level harness
-def _cmd_stream(payload: bytes) -> Tuple[int, List[int]]:
-    """(word offset of the command stream, its words) inside a Vela driver payload."""
-    words = list(struct.unpack(f"<{len(payload) // 4}I", payload))
-    i = 1
-    while i < len(words):
-        tag = words[i] & 0xFF
-        if tag == 1:
-            i += 3
-        elif tag == 5:
-            i += 1
-        elif tag == 2:
-            n = (words[i] >> 16) | (((words[i] >> 8) & 0xFF) << 16)
-            return i + 1, words[i + 1 : i + 1 + n]
-        else:
-            raise AssertionError(f"unexpected driver action {words[i]:#x}")
-    raise AssertionError("no command stream")
-
-
-def _commands(words: List[int]):
-    """Yield (index, word offset, opcode, is_cmd1, param, payload) for each command."""
-    i = k = 0
-    while i < len(words):
-        w = words[i]
-        op, param = w & 0x3FF, w >> 16
-        if (w >> 14) & 3 == 1:
-            yield k, i, op, True, param, words[i + 1]
-            i += 2
-        else:
-            yield k, i, op, False, param, None
-            i += 1
-        k += 1
-
-
-WEIGHT_REGION, WEIGHT_BASE, WEIGHT_LENGTH = 0x128, 0x020, 0x021
-SCALE_REGION, SCALE_BASE, SCALE_LENGTH = 0x129, 0x022, 0x023
-DMA_SRC_REGION, DMA_DST_REGION, DMA_SRC, DMA_DST, DMA_LEN = 0x130, 0x131, 0x030, 0x031, 0x032
-OP_CONV, OP_DEPTHWISE, OP_DMA_START = 0x002, 0x003, 0x010
-
-
-def _streams(payload: bytes, weights_len: int):
-    """Weight and scale streams the kernels read, as (kind, offset in region 0, length).
-
-    Streams Vela DMAs into scratch first are traced back to their source in region 0.
-    """
-    _, words = _cmd_stream(payload)
-    r0: Dict[int, int] = {}
-    r1: Dict[int, int] = {}
-    copies = {}  # (region, address) -> (weights-region address, length) of the last DMA there
-    out = []
-    for _, _, op, is1, param, data in _commands(words):
-        if is1:
-            r1[op] = data
-        elif op == OP_DMA_START:
-            dst_region = r0.get(DMA_DST_REGION, 0) & 0x1FF
-            if r0.get(DMA_SRC_REGION, 0) & 0xFF == 0 and dst_region in (1, 2):
-                copies[(dst_region, r1[DMA_DST])] = (r1[DMA_SRC], r1[DMA_LEN])
-        elif op in (OP_CONV, OP_DEPTHWISE):
-            for kind, reg, base, length in (
-                ("weights", WEIGHT_REGION, WEIGHT_BASE, WEIGHT_LENGTH),
-                ("scales", SCALE_REGION, SCALE_BASE, SCALE_LENGTH),
-            ):
-                addr, n = r1[base], r1[length]
-                region = r0[reg] & 7
-                if region != 0:
-                    addr = next(
-                        (
-                            src + addr - dst
-                            for (r, dst), (src, ln) in copies.items()
-                            if r == region and dst <= addr < dst + ln
-                        ),
-                        None,
-                    )
-                if addr is not None and addr + n <= weights_len:
-                    out.append((kind, addr, n))
-        else:
-            r0[op] = param
-    return out
-
-
 def _run_delegate(
     blob: DelegateBlob,
     inputs: List[bytes],
@@ -238,7 +189,7 @@ def test_mlw_decoder_matches_vela_on_real_streams():
         for target in TARGETS:
             _, blobs, _ = _compiled(name, target)
             for blob in blobs:
-                for kind, off, n in _streams(blob.command_stream, len(blob.weights)):
+                for kind, off, n in streams(blob.command_stream, len(blob.weights)):
                     if kind != "weights":
                         continue
                     stream = blob.weights[off : off + n]
@@ -297,10 +248,10 @@ def test_corrupting_one_weight_or_scale_byte_is_seen(kind):
     blob = blobs[0]
     inputs = _random_inputs(blob, 0)
     base = _run_delegate(blob, inputs)
-    streams = [(o, n) for k, o, n in _streams(blob.command_stream, len(blob.weights)) if k == kind]
-    assert streams
+    found = [(o, n) for k, o, n in streams(blob.command_stream, len(blob.weights)) if k == kind]
+    assert found
     outcomes = []
-    for off, n in streams[:4]:
+    for off, n in found[:4]:
         # A byte in the middle of the stream: a weight's bits / a channel's scale.
         target = off + (n // 2 if kind == "weights" else 6)
         outcomes.append(_changed_or_error(blob, inputs, base, weights=_flip(blob.weights, target)))
@@ -312,10 +263,10 @@ def test_corrupting_one_command_word_is_seen():
     blob = blobs[0]
     inputs = _random_inputs(blob, 1)
     base = _run_delegate(blob, inputs)
-    start, words = _cmd_stream(blob.command_stream)
+    start, words = cmd_stream(blob.command_stream)
     OFM_SCALE, OFM_ZERO_POINT, KERNEL_STRIDE = 0x024, 0x118, 0x122
     checked = 0
-    for _, at, op, is1, _, _ in _commands(words):
+    for _, at, op, is1, _, _ in commands(words):
         if (is1, op) in ((False, OFM_ZERO_POINT), (False, KERNEL_STRIDE)) or (
             is1 and op == WEIGHT_BASE
         ):
@@ -410,7 +361,7 @@ def test_every_truncation_and_word_flip_of_a_real_stream_is_clean():
     runs or is an NpuModelError naming a command or the payload: never a crash."""
     _, blobs, _ = _compiled("mobilenetv2_block", "ethos-u55-128")
     blob = blobs[0]
-    start, words = _cmd_stream(blob.command_stream)
+    start, words = cmd_stream(blob.command_stream)
     head = list(struct.unpack(f"<{start}I", blob.command_stream[: 4 * start]))
     outcomes = {"ok": 0, "error": 0}
 

@@ -2,7 +2,8 @@
 
 CPU ops run on ExecuTorch's kernels, every EthosUNGBackend delegate in our C++ backend (blob
 parse, IO validation, layout copies into the NPU scratch buffer), with the host driver running the
-embedded TOSA graph on the reference model. Checked against the Python references
+embedded TOSA graph on the reference model (``npu="tosa"``: this file tests that path; the NPU
+model, ``run_pte``'s default, is tests/test_npu_model.py). Checked against the Python references
 (``run_program_on_tosa``, the eager quantized model), with float and integer (uint8/int8) program
 IO, contiguous and channels-last data, a forced CPU break, and hostile programs that must fail
 with a Python exception, not a crash.
@@ -108,7 +109,7 @@ def test_conv_contiguous_matches_tosa_and_eager(conv):
     assert blob.tosa is not None and blob.inputs[0].dim_order == (0, 1, 2, 3)
     for feed, tosa_ref in zip(conv.feeds, conv.tosa_refs):
         n0 = ngrt.delegate_invocations()
-        got = ngrt.run_pte(conv.pte, list(feed))
+        got = ngrt.run_pte(conv.pte, list(feed), npu="tosa")
         assert ngrt.delegate_invocations() == n0 + 1  # the delegate ran in our C++ backend
         assert len(got) == 1 and got[0].dtype == torch.float32
         assert torch.equal(got[0], tosa_ref[0])  # bit for bit
@@ -121,8 +122,8 @@ def test_conv_contiguous_program_fed_channels_last(conv):
     for feed in conv.feeds:
         cl = [t.to(memory_format=torch.channels_last) for t in feed]
         assert not cl[0].is_contiguous()
-        got = ngrt.run_pte(conv.pte, cl)
-        want = ngrt.run_pte(conv.pte, [t.contiguous() for t in feed])
+        got = ngrt.run_pte(conv.pte, cl, npu="tosa")
+        want = ngrt.run_pte(conv.pte, [t.contiguous() for t in feed], npu="tosa")
         assert torch.equal(got[0], want[0])
         _lsb_ok(got[0], conv.eager(feed)[0], conv.blobs[0].outputs[0])
 
@@ -135,13 +136,13 @@ def test_conv_channels_last_delegate(conv_cl):
     in_orders = exir.pte_input_dim_orders(conv_cl.pte)
     assert in_orders == [(0, 2, 3, 1)]
     for feed, tosa_ref in zip(conv_cl.feeds, conv_cl.tosa_refs):
-        got = ngrt.run_pte(conv_cl.pte, list(feed))
+        got = ngrt.run_pte(conv_cl.pte, list(feed), npu="tosa")
         assert got[0].shape == (1, 4, 6, 10)
         assert got[0].is_contiguous(memory_format=torch.channels_last)
         assert torch.equal(got[0], tosa_ref[0])  # bit for bit
         _lsb_ok(got[0], conv_cl.eager(feed)[0], blob.outputs[0])
         # Contiguous data into the channels-last program: same logical result.
-        again = ngrt.run_pte(conv_cl.pte, [t.contiguous() for t in feed])
+        again = ngrt.run_pte(conv_cl.pte, [t.contiguous() for t in feed], npu="tosa")
         assert torch.equal(again[0], got[0])
 
 
@@ -189,7 +190,7 @@ def test_integer_program_io(host, in_dtype, out_dtype, channels_last):
     pte = edge.to_executorch().buffer
     for (xf,), feed, tref in zip(floats, feeds, tosa_refs):
         assert feed[0].dtype == in_dtype
-        got = ngrt.run_pte(pte, list(feed))
+        got = ngrt.run_pte(pte, list(feed), npu="tosa")
         assert len(got) == 1 and got[0].dtype == out_dtype
         assert torch.equal(got[0], tref[0])
         want = ioq.outputs[0].quantize(q(xf))
@@ -207,7 +208,7 @@ def test_cpu_break(host, cls):
     assert "aten_bmm" in low.edge.exported_program().graph_module.code
     for feed, tosa_ref in zip(low.feeds, low.tosa_refs):
         n0 = ngrt.delegate_invocations()
-        got = ngrt.run_pte(low.pte, list(feed))
+        got = ngrt.run_pte(low.pte, list(feed), npu="tosa")
         assert ngrt.delegate_invocations() == n0 + len(low.blobs)
         eager = low.eager(feed)
         assert len(got) == len(tosa_ref) == len(eager)
@@ -232,12 +233,25 @@ def conv_no_tosa(host):
 def test_missing_tosa_section_is_a_clean_error(conv_no_tosa, conv, capfd):
     assert conv_no_tosa.blobs[0].tosa is None
     with pytest.raises(RuntimeError):
-        ngrt.run_pte(conv_no_tosa.pte, list(SmallConv.example()))
+        ngrt.run_pte(conv_no_tosa.pte, list(SmallConv.example()), npu="tosa")
     err = capfd.readouterr().err
     assert "no TOSA section" in err and "embed_tosa=True" in err
     # The process and the runtime are fine afterwards.
-    ok = ngrt.run_pte(conv.pte, list(conv.feeds[0]))
+    ok = ngrt.run_pte(conv.pte, list(conv.feeds[0]), npu="tosa")
     assert torch.equal(ok[0], conv.tosa_refs[0][0])
+
+
+def test_firmware_pte_runs_on_the_npu_model_by_default(host, conv_no_tosa, conv):
+    """A .pte compiled with embed_tosa=False runs through run_pte as it is (the default is the
+    NPU model) and equals, bit for bit, the TOSA run of the same model compiled with TOSA."""
+    assert conv_no_tosa.blobs[0].tosa is None
+    assert conv_no_tosa.blobs[0].command_stream == conv.blobs[0].command_stream
+    assert ngrt.HostProgram(conv_no_tosa.pte).default_npu == "model"
+    for feed in conv.feeds:
+        got = ngrt.run_pte(conv_no_tosa.pte, list(feed))
+        assert host.ethosu_ng_get_npu_mode() == ngrt.NPU_MODES["model"]
+        want = ngrt.run_pte(conv.pte, list(feed), npu="tosa")
+        assert torch.equal(got[0], want[0])
 
 
 def _blob_at(pte: bytes) -> int:
@@ -320,7 +334,7 @@ def test_callback_failure_is_reported(conv, capfd, monkeypatch):
 
     monkeypatch.setattr(tosa_reference_model, "run", broken)
     with pytest.raises(RuntimeError):
-        ngrt.run_pte(conv.pte, list(conv.feeds[0]))
+        ngrt.run_pte(conv.pte, list(conv.feeds[0]), npu="tosa")
     assert "reference model exploded" in capfd.readouterr().err
     assert isinstance(ngrt.last_callback_error(), ValueError)
 

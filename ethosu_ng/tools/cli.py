@@ -229,8 +229,10 @@ def cmd_verify(args) -> int:
     from ethosu_ng.adapters import exir
     from ethosu_ng.blob import DelegateBlob
     from ethosu_ng.compile_spec import BACKEND_ID
+    from ethosu_ng.runtime import default_npu_for
 
-    npu = getattr(args, "npu", "tosa")
+    npu = getattr(args, "npu", None) or default_npu_for(pte)
+    chosen = "" if getattr(args, "npu", None) else "default, "
     for backend, data in exir.pte_delegate_payloads(pte):
         if npu != "model" and backend == BACKEND_ID and DelegateBlob.from_bytes(data).tosa is None:
             raise CliError(
@@ -239,8 +241,8 @@ def cmd_verify(args) -> int:
             )
     print(
         {
-            "tosa": "delegates run on the TOSA reference model (--npu tosa)",
-            "model": "delegates run on the Ethos-U NPU model (--npu model)",
+            "tosa": f"delegates run on the TOSA reference model ({chosen}--npu tosa)",
+            "model": f"delegates run on the Ethos-U NPU model ({chosen}--npu model)",
             "both": "delegates run on the Ethos-U NPU model, checked against the TOSA "
             "reference model (--npu both)",
         }[npu]
@@ -387,10 +389,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument(
         "--npu",
         choices=["tosa", "model", "both"],
-        default="tosa",
-        help="what runs the delegates: the embedded TOSA graph on the reference model "
-        "(default), Vela's command stream on the Ethos-U NPU model, or both (model results, "
-        "plus the largest model-vs-TOSA difference per output)",
+        default=None,
+        help="what runs the delegates: Vela's command stream on the Ethos-U55/U65 NPU model "
+        "(default; Ethos-U85 programs default to tosa), the embedded TOSA graph on the "
+        "reference model, or both (model results, plus the largest model-vs-TOSA difference "
+        "per output)",
     )
     v.set_defaults(func=cmd_verify)
     return ap
