@@ -1,0 +1,106 @@
+"""Permutation arithmetic and the element-wise operator table the rewrites share."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Sequence, Tuple
+
+from ethosu_ng.tosa_optimize.graph import Graph, Operator
+
+
+def compose(first: Sequence[int], second: Sequence[int]) -> Tuple[int, ...]:
+    """The perm of ``transpose(transpose(x, first), second)`` as one transpose of ``x``."""
+    return tuple(first[j] for j in second)
+
+
+def inverse(perm: Sequence[int]) -> Tuple[int, ...]:
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return tuple(inv)
+
+
+def is_identity(perm: Sequence[int]) -> bool:
+    return tuple(perm) == tuple(range(len(perm)))
+
+
+def permuted(shape: Sequence[int], perm: Sequence[int]) -> list:
+    return [shape[p] for p in perm]
+
+
+def perm_of(op: Operator) -> Tuple[int, ...]:
+    return tuple(int(p) for p in op.attr["perms"])
+
+
+# Operators that compute each output element from the input elements at the same index only
+# (broadcasting size-1 dimensions), with the input positions that carry such data. Every other
+# input is a parameter (zero points, shifts, a lookup table) whose meaning does not depend on
+# the layout. RESCALE is here only when not per-channel (``elementwise_inputs``).
+ELEMENTWISE_DATA_INPUTS: Dict[str, Tuple[int, ...]] = {
+    **{
+        op: (0,)
+        for op in (
+            "RESCALE",
+            "TABLE",
+            "CLAMP",
+            "CAST",
+            "NEGATE",
+            "ABS",
+            "BITWISE_NOT",
+            "LOGICAL_NOT",
+            "CLZ",
+            "SIGMOID",
+            "TANH",
+            "ERF",
+            "EXP",
+            "LOG",
+            "RECIPROCAL",
+            "RSQRT",
+            "CEIL",
+            "FLOOR",
+            "SIN",
+            "COS",
+        )
+    },
+    **{
+        op: (0, 1)
+        for op in (
+            "ADD",
+            "SUB",
+            "MUL",
+            "MAXIMUM",
+            "MINIMUM",
+            "POW",
+            "INTDIV",
+            "ARITHMETIC_RIGHT_SHIFT",
+            "LOGICAL_LEFT_SHIFT",
+            "LOGICAL_RIGHT_SHIFT",
+            "BITWISE_AND",
+            "BITWISE_OR",
+            "BITWISE_XOR",
+            "LOGICAL_AND",
+            "LOGICAL_OR",
+            "LOGICAL_XOR",
+            "EQUAL",
+            "GREATER",
+            "GREATER_EQUAL",
+        )
+    },
+    "SELECT": (0, 1, 2),
+}
+
+
+def elementwise_inputs(op: Operator) -> Optional[Tuple[int, ...]]:
+    """Data input positions of an element-wise operator; None if ``op`` is not one.
+
+    A per-channel RESCALE scales along the last dimension, so it is layout-dependent."""
+    if op.op == "RESCALE" and op.attr.get("per_channel"):
+        return None
+    return ELEMENTWISE_DATA_INPUTS.get(op.op)
+
+
+def single_consumer(graph: Graph, consumers, name: str) -> Optional[Operator]:
+    """The only operator reading ``name`` (once), if it is not also a graph output."""
+    users = consumers.get(name, [])
+    if len(users) != 1 or name in graph.outputs or users[0].inputs.count(name) != 1:
+        return None
+    return users[0]
