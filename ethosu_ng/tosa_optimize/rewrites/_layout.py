@@ -104,3 +104,63 @@ def single_consumer(graph: Graph, consumers, name: str) -> Optional[Operator]:
     if len(users) != 1 or name in graph.outputs or users[0].inputs.count(name) != 1:
         return None
     return users[0]
+
+
+def reshape_groups(src: Sequence[int], dst: Sequence[int]):
+    """Pair consecutive dimensions of ``src`` and ``dst`` into groups of equal element count
+    ([(src dims, dst dims)]), as a row-major reshape merges and splits them; None if some group
+    would be empty on the ``src`` side (a size-1 dimension made from nothing)."""
+    groups = []
+    i = j = 0
+    while i < len(src) or j < len(dst):
+        a, b, pa, pb = [], [], 1, 1
+        if i < len(src):
+            a.append(i)
+            pa *= src[i]
+            i += 1
+        if j < len(dst):
+            b.append(j)
+            pb *= dst[j]
+            j += 1
+        while pa != pb:
+            if pa < pb and i < len(src):
+                a.append(i)
+                pa *= src[i]
+                i += 1
+            elif pb < pa and j < len(dst):
+                b.append(j)
+                pb *= dst[j]
+                j += 1
+            else:
+                return None
+        if not a:
+            return None
+        groups.append((a, b))
+    return groups
+
+
+def reshape_before_transpose(x_shape, perm, dst) -> Optional[Tuple[list, Tuple[int, ...]]]:
+    """``reshape(transpose(x, perm), dst)`` as ``transpose(reshape(x, shape), perm2)``:
+    (shape, perm2), or None when the reshape mixes dimensions the transpose separates.
+
+    Each group of dimensions the reshape merges or splits must come from consecutive dimensions
+    of ``x`` in their order; then reshaping those runs of ``x`` and permuting the runs is the same
+    row-major element order."""
+    t_shape = permuted(x_shape, perm)
+    groups = reshape_groups(t_shape, dst)
+    if groups is None:
+        return None
+    runs = []
+    for a, b in groups:
+        xs = [perm[k] for k in a]
+        if xs != list(range(xs[0], xs[0] + len(xs))):
+            return None
+        runs.append((xs[0], b))
+    shape: list = []
+    position = {}
+    for _, b in sorted(runs, key=lambda r: r[0]):  # the runs in x's order
+        for j in b:
+            position[j] = len(shape)
+            shape.append(dst[j])
+    perm2 = tuple(position[j] for _, b in runs for j in b)  # back in the transpose's order
+    return shape, perm2
