@@ -119,8 +119,35 @@ def optimize(
     flatbuffer: bytes,
     op_sources: Optional[Sequence[dict]] = None,
     disabled: Iterable[Type] = (),
+    verify: bool = False,
+    what: str = "TOSA graph",
 ) -> Optimized:
-    """Run the rewrites on one TOSA flatbuffer. A graph the IR does not model is returned as is."""
+    """Run the rewrites on one TOSA flatbuffer. A graph the IR does not model is returned as is.
+
+    ``verify``: run the original and the optimised graph on the TOSA reference model on random
+    inputs; a difference raises ``verify.NotBitExact`` naming the rewrites that cause it alone."""
+    result = _optimize(flatbuffer, op_sources, disabled)
+    if verify and result.changed:
+        from ethosu_ng.tosa_optimize.verify import NotBitExact, check_bit_exact
+
+        try:
+            check_bit_exact(flatbuffer, result.tosa, what=what)
+        except NotBitExact as e:
+            culprits = []
+            for name in result.applied:
+                alone = [r for r in REWRITES if r.__name__ != name]
+                try:
+                    check_bit_exact(flatbuffer, _optimize(flatbuffer, (), alone).tosa, what=what)
+                except NotBitExact:
+                    culprits.append(name)
+            raise NotBitExact(
+                f"{e}; rewrites applied: {result.applied}; changing bits on their own: "
+                f"{culprits or 'none (only in combination)'}"
+            ) from e
+    return result
+
+
+def _optimize(flatbuffer, op_sources, disabled) -> Optimized:
     sources = list(op_sources or [])
     rewrites = rewrite_pipeline(disabled)
     try:
