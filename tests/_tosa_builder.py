@@ -86,7 +86,12 @@ class Builder:
     def clamp(self, x, lo, hi) -> str:
         import tosa_serializer as ts
 
-        attr = {"min_val": [lo], "max_val": [hi], "nan_mode": ts.NanPropagationMode.PROPAGATE}
+        dt = _NP[self.dtype(x)]
+        attr = {  # the serializer takes the bounds as the dtype's little-endian bytes
+            "min_val": list(np.asarray([lo], dt).tobytes()),
+            "max_val": list(np.asarray([hi], dt).tobytes()),
+            "nan_mode": ts.NanPropagationMode.PROPAGATE,
+        }
         return self._op("CLAMP", [x], self.shape(x), self.dtype(x), attr)
 
     def tosa(self) -> bytes:

@@ -164,7 +164,7 @@ class Graph:
 
 
 @contextlib.contextmanager
-def _stdout_to_log():
+def stdout_to_log():
     """The serializer prints a version note to file descriptor 1 on every load; log it instead."""
     sys.stdout.flush()
     saved = os.dup(1)
@@ -210,7 +210,7 @@ def read(flatbuffer: bytes) -> Graph:
         with os.fdopen(fd, "wb") as f:
             f.write(flatbuffer)
         ser = ts.TosaSerializer("", targetMajor=version[0], targetMinor=version[1])
-        with _stdout_to_log():
+        with stdout_to_log():
             loaded = ser.loadTosaFlatbuffer(path)
         if not loaded:
             raise UnsupportedGraph("tosa_serializer could not load the flatbuffer")

@@ -108,20 +108,23 @@ def single_consumer(graph: Graph, consumers, name: str) -> Optional[Operator]:
 
 def reshape_groups(src: Sequence[int], dst: Sequence[int]):
     """Pair consecutive dimensions of ``src`` and ``dst`` into groups of equal element count
-    ([(src dims, dst dims)]), as a row-major reshape merges and splits them; None if some group
-    would be empty on the ``src`` side (a size-1 dimension made from nothing)."""
+    ([(src dims, dst dims)]), as a row-major reshape merges and splits them. Size-1 dimensions
+    left over at the end join the last group; None when the counts cannot be paired."""
     groups = []
     i = j = 0
     while i < len(src) or j < len(dst):
-        a, b, pa, pb = [], [], 1, 1
-        if i < len(src):
-            a.append(i)
-            pa *= src[i]
-            i += 1
-        if j < len(dst):
-            b.append(j)
-            pb *= dst[j]
-            j += 1
+        if groups and (i == len(src) or j == len(dst)):
+            # Only size-1 dimensions remain on one side: they join the last group.
+            rest_a, rest_b = list(range(i, len(src))), list(range(j, len(dst)))
+            if any(src[k] != 1 for k in rest_a) or any(dst[k] != 1 for k in rest_b):
+                return None
+            groups[-1][0].extend(rest_a)
+            groups[-1][1].extend(rest_b)
+            break
+        if i == len(src) or j == len(dst):
+            return None
+        a, b, pa, pb = [i], [j], src[i], dst[j]
+        i, j = i + 1, j + 1
         while pa != pb:
             if pa < pb and i < len(src):
                 a.append(i)
@@ -133,8 +136,6 @@ def reshape_groups(src: Sequence[int], dst: Sequence[int]):
                 j += 1
             else:
                 return None
-        if not a:
-            return None
         groups.append((a, b))
     return groups
 
