@@ -98,6 +98,11 @@ def elementwise_inputs(op: Operator) -> Optional[Tuple[int, ...]]:
     return ELEMENTWISE_DATA_INPUTS.get(op.op)
 
 
+def readers(graph: Graph, name: str) -> int:
+    """How many operator inputs read ``name``, plus one if it is a graph output."""
+    return (name in graph.outputs) + sum(o.inputs.count(name) for o in graph.ops)
+
+
 def single_consumer(graph: Graph, consumers, name: str) -> Optional[Operator]:
     """The only operator reading ``name`` (once), if it is not also a graph output."""
     users = consumers.get(name, [])

@@ -18,11 +18,14 @@ pending permutation changes to ``p'`` (the NHWC -> NCHW transpose, a split of H*
 the NCHW -> NHWC transpose that upstream emits around ``transpose(1, 2).reshape(b, c, h, w)``).
 
 The chain follows single readers. It ends at a TRANSPOSE (composed with ``p'``; gone when that
-is the identity), or where it can go no further: there the pending transpose is put back,
-producing the tensor's old name, and any reader that transposes it back cancels with it
-(``ComposeTransposes``, ``DropIdentityDataMovement``). Applied only when that removes more
-transposes than it adds. Changed tensors keep their names (so their operators keep their FX
-sources); the last operator takes over a cancelled closing transpose's output name.
+is the identity), or where it can go no further: there the pending transpose would have to be put
+back, which is done only when every reader of that tensor transposes it back (they cancel with
+it: ``ComposeTransposes``, ``DropIdentityDataMovement``). Applied only when it removes a transpose
+and adds none: Vela 5.1 already folds a transpose into the write of the operator before it where
+it can (0 cycles in its per-layer table), so a transpose moved to a graph output or next to a
+different operator can cost more than the two it replaced (measured: docs/benchmarks.md).
+Changed tensors keep their names (so their operators keep their FX sources); the last operator
+takes over a cancelled closing transpose's output name.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from ethosu_ng.tosa_optimize.rewrites._layout import (
     is_identity,
     perm_of,
     permuted,
+    readers,
     reshape_before_transpose,
     single_consumer,
 )
@@ -130,8 +134,9 @@ def _plan(graph, consumers, producers, top, first, top_dies: bool) -> Optional[_
         and r.outputs[0] not in graph.outputs
         and is_identity(compose(perm, perm_of(r)))
     ]
-    kept = 0 if (readers and len(undo) == len(readers) and prev not in graph.outputs) else 1
-    return _Plan(steps, perm, None, score - kept + len(undo))
+    if not readers or len(undo) != len(readers) or prev in graph.outputs:
+        return None  # the transpose would stay, somewhere Vela may not fold it
+    return _Plan(steps, perm, None, score + len(undo))
 
 
 def _after_reshape(graph, op, prev, perm) -> Tuple[int, ...]:
@@ -174,7 +179,7 @@ def _operand(graph, producers, name, perm, reader, depth) -> Optional[_Operand]:
     src = producers.get(name)
     if src is None:
         return None
-    sole = reader.inputs.count(name) == 1 and _readers(graph, name) == 1
+    sole = reader.inputs.count(name) == 1 and readers(graph, name) == 1
     if src.op == "TRANSPOSE" and tuple(perm_of(src)) == tuple(perm):
         return _Operand(name=src.inputs[0], removes=1 if sole else 0)
     if src.op == "CONST":
@@ -189,10 +194,6 @@ def _operand(graph, producers, name, perm, reader, depth) -> Optional[_Operand]:
             root = producers[src.inputs[0]]
             return _Operand(relayout=[src], root=root, removes=inner.removes)
     return None
-
-
-def _readers(graph: Graph, name: str) -> int:
-    return sum(o.inputs.count(name) for o in graph.ops)
 
 
 def _rewrite(graph: Graph, top: Operator, plan: _Plan) -> None:
