@@ -16,6 +16,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
 from ethosu_ng.compiler.tosa_graph import tosa_io
 from ethosu_ng.tosa_optimize import graph as tosa_ir
+from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import CollapseTransposeRank
 from ethosu_ng.tosa_optimize.rewrites.compose_transposes import ComposeTransposes
 from ethosu_ng.tosa_optimize.rewrites.drop_identity_data_movement import DropIdentityDataMovement
 from ethosu_ng.tosa_optimize.rewrites.merge_reshapes import MergeReshapes
@@ -32,6 +33,7 @@ REWRITES: Tuple[type, ...] = (
     MergeReshapes,
     SinkTransposeToCancel,
     DropIdentityDataMovement,
+    CollapseTransposeRank,
 )
 MAX_ROUNDS = 64
 
