@@ -20,7 +20,10 @@ from ethosu_ng.tosa_optimize.pipeline import (
     rewrite_pipeline,
 )
 from ethosu_ng.tosa_optimize.rewrites import _layout
-from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import collapse
+from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import (
+    collapse,
+    is_image_layout_transpose,
+)
 from ethosu_ng.tosa_optimize.rewrites.compose_transposes import ComposeTransposes
 from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import moves_only_unit_dims
 from ethosu_ng.tosa_optimize.verify import NotBitExact, check_bit_exact
@@ -118,7 +121,9 @@ def test_a_transpose_runs_at_its_lowest_rank(sp):
         if o.op == "TRANSPOSE"
     ]
     collapsed = collapse(shape, perm)
-    if collapsed is not None:
+    if is_image_layout_transpose(shape, perm):
+        assert ranks in ([], [4])  # left to Vela, which folds it into its neighbour
+    elif collapsed is not None:
         assert ranks == [len(collapsed[0])]
 
 

@@ -229,6 +229,9 @@ def read(flatbuffer: bytes) -> Graph:
             bool(t.is_variable),
             t.variable_name,
         )
+    for t in tensors.values():
+        if t.data is not None and t.dtype not in _NUMPY_DTYPE:
+            raise UnsupportedGraph(f"constant {t.name} has dtype {t.dtype}, which is not modelled")
     shapes: Dict[str, ShapeValue] = {}
     for name in block.shapes.keys():  # noqa: SIM118
         s = block.shapes[name]
