@@ -26,7 +26,7 @@ class ComposeTransposes:
             perm = compose(perm_of(first), perm_of(op))
             if readers(graph, first.outputs[0]) != 1 and not is_identity(perm):
                 continue
-            op.attr = {**op.attr, "perms": list(compose(perm_of(first), perm_of(op)))}
+            op.attr = {**op.attr, "perms": list(perm)}
             op.inputs = [first.inputs[0]]
             changed += 1
         return changed
