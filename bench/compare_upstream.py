@@ -14,8 +14,13 @@ threads do not exist in the child, and the child's first parallel tensor op wait
         --force-cpu aten.exp.default
 
 Models: anything ``ethosu-ng compile`` accepts, plus ``scenario:attention_bmm`` (attention block,
-bmm on the CPU) and ``scenario:conv_split_bmm`` (conv -> split -> one branch into a CPU bmm).
+bmm on the CPU), ``scenario:conv_split_bmm`` (conv -> split -> one branch into a CPU bmm) and
+``scenario:reshape_attention`` (transformer blocks on a conv feature map written with the
+view/permute/transpose of timm's ViT code; everything on the NPU).
 Prints a markdown table (one row per model and partitioner, plus an ours/upstream ratio row).
+"data movement" is the NPU cycles of Vela layers that only move or rescale bytes
+(``module_profile.data_movement``). ``--tosa-optimize-off`` adds a row for ours with the TOSA
+rewrites off (``EthosUNGCompileSpec(tosa_optimize=False)``).
 ``--repeat N`` lowers each model N times per partitioner, alternating, and reports the fastest
 run of each (a shared or virtual machine only ever adds time).
 """
@@ -39,7 +44,11 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-SCENARIO_CPU_OPS = {"attention_bmm": ["aten.bmm.default"], "conv_split_bmm": ["aten.bmm.default"]}
+SCENARIO_CPU_OPS = {
+    "attention_bmm": ["aten.bmm.default"],
+    "conv_split_bmm": ["aten.bmm.default"],
+    "reshape_attention": [],
+}
 
 
 def load(spec: str):
@@ -47,7 +56,11 @@ def load(spec: str):
         import models  # tests/models.py
 
         name = spec.split(":", 1)[1]
-        cls = {"attention_bmm": models.AttentionBlock, "conv_split_bmm": models.ConvSplitBmm}[name]
+        cls = {
+            "attention_bmm": models.AttentionBlock,
+            "conv_split_bmm": models.ConvSplitBmm,
+            "reshape_attention": models.ReshapeAttention,
+        }[name]
         torch.manual_seed(0)
         return cls().eval(), cls.example(), SCENARIO_CPU_OPS[name]
     from ethosu_ng.tools.model_source import load_model
@@ -56,7 +69,7 @@ def load(spec: str):
     return m.model, m.example_inputs, []
 
 
-def measure(edge, t_lower, vela_summaries):
+def measure(edge, t_lower, vela_summaries, moved):
     from ethosu_ng.ops import op_name
     from ethosu_ng.partitioning.boundary import float_boundary_tensors
     from ethosu_ng.tools.report import is_compute
@@ -87,6 +100,8 @@ def measure(edge, t_lower, vela_summaries):
         "cpu_ops": cpu,
         "float_boundary": len(float_boundary_tensors(program)),
         "cycles": cycles,
+        "data_movement": moved["npu_cycles"],
+        "data_movement_by_op": moved["by_op"],
         "sram_kib": sram,
         "lower_s": t_lower[0],
         "lower_cpu_s": t_lower[1],
@@ -108,7 +123,8 @@ def lower_upstream(ep, target, force_cpu):
     from executorch.exir import to_edge_transform_and_lower
     from torch.fx.passes.operator_support import OperatorSupportBase
 
-    from ethosu_ng import EthosUNGCompileSpec
+    from ethosu_ng import EthosUNGCompileSpec, module_profile
+    from ethosu_ng.compiler.tosa_graph import tosa_ops
     from ethosu_ng.ops import op_name
     from ethosu_ng.vela.compiler import compile_tosa
 
@@ -125,30 +141,34 @@ def lower_upstream(ep, target, force_cpu):
     )
     t = (time.time() - t0, _cpu_s() - c0)
     # Upstream keeps no Vela figures; recompile its dumped TOSA (outside the timing) to get them.
-    summaries = [
-        compile_tosa(Path(f).read_bytes(), EthosUNGCompileSpec(target), os.path.basename(f)).summary
-        for f in sorted(glob.glob(os.path.join(art, "output_tag*.tosa")))
-    ]
-    return edge, t, summaries
+    summaries, layers = [], []
+    for f in sorted(glob.glob(os.path.join(art, "output_tag*.tosa"))):
+        tosa = Path(f).read_bytes()
+        r = compile_tosa(tosa, EthosUNGCompileSpec(target), os.path.basename(f))
+        summaries.append(r.summary)
+        layers += module_profile.attribute(r.layers, tosa_ops(tosa), [])
+    return edge, t, summaries, module_profile.data_movement(layers)
 
 
-def lower_ours(ep, target, force_cpu):
+def lower_ours(ep, target, force_cpu, tosa_optimize=True):
     from executorch.exir import to_edge_transform_and_lower
 
-    from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner
+    from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner, module_profile
 
+    spec = EthosUNGCompileSpec(target, tosa_optimize=tosa_optimize)
     t0, c0 = time.time(), _cpu_s()
     edge = to_edge_transform_and_lower(
-        ep, partitioner=[EthosUNGPartitioner(EthosUNGCompileSpec(target), cpu_ops=force_cpu)]
+        ep, partitioner=[EthosUNGPartitioner(spec, cpu_ops=force_cpu)]
     )
     t = (time.time() - t0, _cpu_s() - c0)
     gm = edge.exported_program().graph_module
-    summaries = [
-        getattr(gm, n).meta["_delegate_info_meta"].vela_summary
+    infos = [
+        getattr(gm, n).meta["_delegate_info_meta"]
         for n in gm._modules
         if n.startswith("lowered_module")
     ]
-    return edge, t, summaries
+    moved = module_profile.data_movement(layer for i in infos for layer in (i.layers or []))
+    return edge, t, [i.vela_summary for i in infos], moved
 
 
 def _child(which, program_path, target, force_cpu, queue):
@@ -156,9 +176,11 @@ def _child(which, program_path, target, force_cpu, queue):
         import ethosu_ng.ops  # noqa: F401 - defines the quantized_decomposed ops the program calls
 
         ep = torch.export.load(program_path)
-        fn = lower_upstream if which == "upstream" else lower_ours
-        edge, t, summaries = fn(ep, target, force_cpu)
-        metrics = measure(edge, t, summaries)  # before serialization rewrites the graph
+        if which == "upstream":
+            edge, t, summaries, moved = lower_upstream(ep, target, force_cpu)
+        else:
+            edge, t, summaries, moved = lower_ours(ep, target, force_cpu, which == OURS)
+        metrics = measure(edge, t, summaries, moved)  # before serialization rewrites the graph
         metrics["pte"] = len(edge.to_executorch().buffer)
         queue.put(("ok", metrics))
     except BaseException as e:  # report, never hang the parent
@@ -196,14 +218,19 @@ def run_isolated(which, program_path, target, force_cpu, timeout):
             p.join()
 
 
+OURS = "ethosu_ng"
+OURS_OFF = "ethosu_ng, TOSA rewrites off"
+
+
 def row(model, who, r):
     if isinstance(r, str):
-        return f"| {model} | {who} | {r} |" + " |" * 8
+        return f"| {model} | {who} | {r} |" + " |" * 9
     cpu = ", ".join(sorted(set(r["cpu_ops"]))) or "-"
     return (
         f"| {model} | {who} | {r['partitions']} | {r['delegated']}/{r['total']} | "
         f"{len(r['cpu_ops'])}: {cpu} | {r['float_boundary']} | {r['cycles']:,.0f} | "
-        f"{r['sram_kib']:,.1f} | {r['pte']:,} | {r['lower_s']:.1f} | {r['lower_cpu_s']:.1f} |"
+        f"{r['data_movement']:,} | {r['sram_kib']:,.1f} | {r['pte']:,} | {r['lower_s']:.1f} | "
+        f"{r['lower_cpu_s']:.1f} |"
     )
 
 
@@ -223,6 +250,11 @@ def main():
         metavar="N",
         help="lowerings per partitioner, alternating; the fastest is reported",
     )
+    ap.add_argument(
+        "--tosa-optimize-off",
+        action="store_true",
+        help="also lower with our TOSA rewrites off (a third row per model)",
+    )
     args = ap.parse_args()
 
     from ethosu_ng import EthosUNGCompileSpec
@@ -235,10 +267,10 @@ def main():
     )
     print(
         "| model | partitioner | partitions | ops delegated/total | CPU ops (non-Q/DQ) | "
-        "float boundary tensors | Vela NPU cycles | Vela SRAM KiB | .pte bytes | lowering s | "
-        "lowering CPU s |"
+        "float boundary tensors | Vela NPU cycles | data movement NPU cycles | Vela SRAM KiB | "
+        ".pte bytes | lowering s | lowering CPU s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     workdir = tempfile.mkdtemp(prefix="compare_upstream_")
     try:
         for spec_str in args.models:
@@ -251,7 +283,9 @@ def main():
             q = quantize(model, x, EthosUNGCompileSpec(args.target), calibration=calib)
             program_path = os.path.join(workdir, f"{len(os.listdir(workdir))}.pt2")
             torch.export.save(torch.export.export(q, x), program_path)
-            runs = {"upstream": [], "ethosu_ng": []}
+            runs = {"upstream": [], OURS: []}
+            if args.tosa_optimize_off:
+                runs[OURS_OFF] = []
             for _ in range(max(1, args.repeat)):
                 for who in runs:
                     status, r = run_isolated(who, program_path, args.target, force, args.timeout)
@@ -261,16 +295,21 @@ def main():
                 errors = [r for r in rs if isinstance(r, str)]  # any failed run is what to report
                 results[who] = errors[0] if errors else min(rs, key=lambda r: r["lower_cpu_s"])
                 print(row(spec_str, who, results[who]), flush=True)
-            up, ours = results["upstream"], results["ethosu_ng"]
+            up, ours = results["upstream"], results[OURS]
             if isinstance(up, dict) and isinstance(ours, dict):
                 cyc = ours["cycles"] / up["cycles"] if up["cycles"] else float("nan")
+                dm = ours["data_movement"] / up["data_movement"] if up["data_movement"] else 0.0
                 tl = ours["lower_s"] / up["lower_s"] if up["lower_s"] else float("nan")
                 tc = ours["lower_cpu_s"] / up["lower_cpu_s"] if up["lower_cpu_s"] else float("nan")
                 print(
-                    f"| {spec_str} | ratio ours/upstream | | | | | {cyc:.3f} | | | "
+                    f"| {spec_str} | ratio ours/upstream | | | | | {cyc:.3f} | {dm:.3f} | | | "
                     f"{tl:.2f} | {tc:.2f} |",
                     flush=True,
                 )
+            for who, r in results.items():
+                if isinstance(r, dict) and r["data_movement_by_op"]:
+                    kinds = ", ".join(f"{k} {v:,}" for k, v in r["data_movement_by_op"].items())
+                    print(f"<!-- {spec_str} {who} data movement: {kinds} -->", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

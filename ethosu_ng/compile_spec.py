@@ -61,6 +61,10 @@ class EthosUNGCompileSpec:
             ``memory_plan.sram_bytes``). A delegate whose scratch alone exceeds it fails
             ``preprocess``; ``export.serialize`` / ``ethosu-ng compile --sram-budget`` check the
             whole memory plan. ``None``: no check.
+        tosa_optimize: run our TOSA-to-TOSA rewrites (``ethosu_ng/tosa_optimize``) between
+            upstream's lowering and Vela; each is bit-exact on the TOSA reference model.
+        tosa_optimize_verify: check every optimised partition against the original on the TOSA
+            reference model at compile time (random inputs; slow on big partitions).
     """
 
     target: str
@@ -72,6 +76,8 @@ class EthosUNGCompileSpec:
     vela_workers: int = 2
     cpu_fallback: bool = True
     sram_budget: Optional[int] = None
+    tosa_optimize: bool = True
+    tosa_optimize_verify: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, str) or self.target.lower() not in TARGETS:
@@ -108,8 +114,9 @@ class EthosUNGCompileSpec:
             or self.vela_workers < 1
         ):
             raise ValueError(f"vela_workers must be an int >= 1, got {self.vela_workers!r}")
-        if not isinstance(self.cpu_fallback, bool):
-            raise TypeError("cpu_fallback must be a bool")
+        for name in ("cpu_fallback", "tosa_optimize", "tosa_optimize_verify"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool")
         if self.sram_budget is not None and (
             isinstance(self.sram_budget, bool)
             or not isinstance(self.sram_budget, int)

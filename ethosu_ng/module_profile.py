@@ -15,8 +15,10 @@ stack takes the module of the nearest operator in the TOSA graph that has one (c
 a layout transpose belongs to the layer it feeds), marked ``mapped_by: "neighbour"``. A Vela
 layer without a TOSA operator is ``"<unmapped>"`` under its Vela name.
 
-Data movement (Vela layers that only move bytes: transposes, reshapes, concatenations, pads, ...)
-is counted in ``data_movement_cycles`` of the module that caused it.
+Data movement (Vela layers that only move bytes: transposes, reshapes, concatenations, pads, ...,
+and stand-alone RESCALE layers, which only change the quantization of bytes on their way) is
+counted in ``data_movement_cycles`` of the module that caused it; ``data_movement`` totals it by
+kind for a delegate or a program.
 """
 
 from __future__ import annotations
@@ -44,7 +46,32 @@ DATA_MOVEMENT_OPS = frozenset(
         "Scatter",
     }
 )
+RESCALE_KIND = "Rescale"  # a Vela layer made from a TOSA RESCALE (Vela calls it Mul/Add on U55)
 _NUMERIC = ("npu_cycles", "cycles", "macs", "sram_bytes", "dram_bytes", "flash_bytes")
+
+
+def data_movement_kind(vela_op: str, tosa_op: Optional[str]) -> Optional[str]:
+    """What a Vela layer that only moves or rescales bytes is (its Vela operator, or
+    ``RESCALE_KIND``); None for a layer that computes."""
+    if vela_op in DATA_MOVEMENT_OPS:
+        return vela_op
+    if tosa_op == "RESCALE":
+        return RESCALE_KIND
+    return None
+
+
+def data_movement(layers: Iterable[Dict]) -> Dict[str, Any]:
+    """NPU cycles of the data-movement layers among attributed ``layers`` (``attribute``), in
+    total and by kind (largest first)."""
+    by_op: Dict[str, int] = defaultdict(int)
+    for layer in layers:
+        kind = layer.get("data_movement_kind")
+        if kind:
+            by_op[kind] += int(layer.get("npu_cycles") or 0)
+    return {
+        "npu_cycles": sum(by_op.values()),
+        "by_op": dict(sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0]))),
+    }
 
 
 def stack_module(stack: Optional[Dict[str, Any]]) -> Optional[Tuple[str, str]]:
@@ -111,7 +138,8 @@ def attribute(layers: Sequence, ops: Sequence, op_sources: Iterable[Dict[str, An
         k = layer.tosa_index
         info = mods[k] if k is not None and 0 <= k < len(ops) else None
         row["tosa_op"] = ops[k].op if k is not None and 0 <= k < len(ops) else None
-        row["data_movement"] = layer.vela_op in DATA_MOVEMENT_OPS
+        row["data_movement_kind"] = data_movement_kind(layer.vela_op, row["tosa_op"])
+        row["data_movement"] = row["data_movement_kind"] is not None
         if info is None:
             row.update(node=None, module=UNMAPPED, module_type=None, mapped_by=None)
         else:

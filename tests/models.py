@@ -125,3 +125,37 @@ class ShiftedWindowAttention(nn.Module):
             .reshape(b, h, w, c)
         )
         return x + torch.roll(y, shifts=(self.shift, self.shift), dims=(1, 2))
+
+
+class ReshapeAttention(nn.Module):
+    """A transformer block on a conv feature map, written the way timm's ViT / MobileViT / Swin
+    code writes it: flatten(2).transpose(1, 2) into tokens, multi-head attention through
+    reshape/permute/transpose around the matmuls, and back to NCHW for the next conv."""
+
+    def __init__(self, channels=32, heads=4, depth=2):
+        super().__init__()
+        self.heads = heads
+        self.stem = nn.Conv2d(8, channels, 3, padding=1)
+        self.norms = nn.ModuleList([nn.LayerNorm(channels) for _ in range(depth)])
+        self.qkv = nn.ModuleList([nn.Linear(channels, 3 * channels) for _ in range(depth)])
+        self.proj = nn.ModuleList([nn.Linear(channels, channels) for _ in range(depth)])
+        self.mlp = nn.ModuleList([nn.Linear(channels, channels) for _ in range(depth)])
+        self.head = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x):  # (B, 8, H, W)
+        y = self.stem(x)
+        b, c, h, w = y.shape
+        t = y.flatten(2).transpose(1, 2)  # (B, N, C)
+        for norm, qkv, proj, mlp in zip(self.norms, self.qkv, self.proj, self.mlp):
+            n, nh = h * w, self.heads
+            q, k, v = qkv(norm(t)).reshape(b, n, 3, nh, c // nh).permute(2, 0, 3, 1, 4).unbind(0)
+            att = (q @ k.transpose(-2, -1)) * (c // nh) ** -0.5
+            o = (att.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c)
+            t = t + proj(o)
+            t = t + mlp(t).relu()
+        y = t.transpose(1, 2).reshape(b, c, h, w)
+        return self.head(y) + y
+
+    @staticmethod
+    def example():
+        return (torch.randn(1, 8, 8, 8),)

@@ -18,6 +18,7 @@ from ethosu_ng.module_profile import (
     aggregate,
     attribute,
     by_module,
+    data_movement,
     format_table,
     tosa_op_modules,
     unmapped_share,
@@ -173,6 +174,20 @@ def test_unmapped_layers_are_listed_with_their_share():
     text = format_table(rows, depth=2)
     assert re.search(r"features\.3\s+90\s+90\.0%", text)
     assert "unmapped 10.0%" in text
+
+
+def test_data_movement_is_totalled_by_kind():
+    ops = _ops() + [TosaOpInfo("RESCALE", ("x",), ("r",)), TosaOpInfo("CONV2D", ("r",), ("c",))]
+    n = len(_ops())
+    layers = [
+        _layer("Transpose", 1, 30),
+        _layer("MemoryCopy", 1, 5),
+        _layer("Mul", n, 7),  # U55 runs a RESCALE as a Mul: still only a rescale
+        _layer("Conv2D", n + 1, 60),
+        _layer("Transpose", 2, 4),
+    ]
+    moved = data_movement(attribute(layers, ops, SOURCES))
+    assert moved == {"npu_cycles": 46, "by_op": {"Transpose": 34, "Rescale": 7, "MemoryCopy": 5}}
 
 
 @pytest.fixture(scope="module")

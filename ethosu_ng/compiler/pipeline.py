@@ -32,6 +32,7 @@ from ethosu_ng.compiler.dropped_output import emit_shared_rank4_outputs_nhwc, ma
 from ethosu_ng.compiler.io_check import check_io
 from ethosu_ng.compiler.tosa_graph import tosa_io, tosa_ops
 from ethosu_ng.partitioning.delegate_io import DelegateIOSpec, declared_io
+from ethosu_ng.tosa_optimize import pipeline as tosa_optimize
 from ethosu_ng.vela import compiler as vela_compiler
 from ethosu_ng.vela.compiler import VelaError, VelaResult
 
@@ -47,6 +48,25 @@ def _drop_provenance(program: ExportedProgram) -> None:
     """
     for n in program.graph_module.graph.nodes:
         n.meta.pop("from_node", None)
+
+
+def lower(
+    program: ExportedProgram, spec: EthosUNGCompileSpec, name: str
+) -> Tuple[bytes, List[dict]]:
+    """Upstream's TOSA lowering, then our TOSA rewrites (``spec.tosa_optimize``): the flatbuffer
+    for Vela and ``op_sources`` matching its operators."""
+    op_sources: List[dict] = []
+    with upstream.lowering_context(spec, program):
+        tosa = upstream.lower_to_tosa(program, spec, op_sources)
+    if not spec.tosa_optimize:
+        return tosa, op_sources
+    t0 = time.time()
+    opt = tosa_optimize.optimize(
+        tosa, op_sources, verify=spec.tosa_optimize_verify, what=f"{name}: optimised TOSA"
+    )
+    if opt.changed:
+        logger.info("%s: TOSA rewrites %s (%.2f s)", name, opt.applied, time.time() - t0)
+    return opt.tosa, opt.op_sources
 
 
 def partition_name(program: ExportedProgram) -> str:
@@ -84,9 +104,7 @@ def _start(
     # which only a rank-4 output with a consumer inside the partition can need.
     pristine = copy.deepcopy(program) if may_drop_output(program) else None
     _drop_provenance(program)
-    op_sources: List[dict] = []
-    with upstream.lowering_context(spec, program):
-        tosa = upstream.lower_to_tosa(program, spec, op_sources)
+    tosa, op_sources = lower(program, spec, name)
     if pool is None:
         fut: Future = Future()
         try:
@@ -110,9 +128,7 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
                 sorted(nhwc),
             )
             _drop_provenance(p.pristine)
-            op_sources = []
-            with upstream.lowering_context(spec, p.pristine):
-                tosa = upstream.lower_to_tosa(p.pristine, spec, op_sources)
+            tosa, op_sources = lower(p.pristine, spec, p.name)
             vela = vela_compiler.compile_tosa(tosa, spec, partition=p.name)
     tosa_ins, tosa_outs = tosa_io(tosa)
     io = check_io(p.name, p.declared, tosa_ins, tosa_outs, vela, nhwc)

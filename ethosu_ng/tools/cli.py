@@ -107,6 +107,8 @@ def cmd_compile(args) -> int:
             memory_mode=args.memory_mode,
             embed_tosa=args.embed_tosa,
             sram_budget=args.sram_budget,
+            tosa_optimize=not args.no_tosa_optimize,
+            tosa_optimize_verify=args.verify_tosa_optimize,
         )
     except (ValueError, TypeError) as e:
         raise CliError(str(e)) from None
@@ -355,6 +357,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--system-config")
     c.add_argument("--memory-mode")
     c.add_argument("--embed-tosa", action="store_true", help="embed TOSA for host execution")
+    c.add_argument(
+        "--no-tosa-optimize", action="store_true", help="hand upstream's TOSA to Vela unchanged"
+    )
+    c.add_argument(
+        "--verify-tosa-optimize",
+        action="store_true",
+        help="check each optimised TOSA graph bit for bit against the original (reference model)",
+    )
     c.add_argument("--seed", type=int, default=0)
     c.add_argument(
         "--sram-budget",

@@ -84,6 +84,7 @@ def build_report(
                 "vela": vela_estimates(getattr(info, "vela_summary", {}) or {}),
                 # Vela's layers with their TOSA operator, FX node and module (module_profile).
                 "layers": getattr(info, "layers", None) or [],
+                "data_movement": module_profile.data_movement(getattr(info, "layers", None) or []),
             }
         )
     cpu = []
@@ -127,6 +128,7 @@ def build_report(
         ],
     }
     cycles = [d["vela"]["npu_cycles"] for d in delegates if d["vela"]["npu_cycles"] is not None]
+    moved = module_profile.data_movement(layer for d in delegates for layer in d["layers"])
     return {
         "model": model,
         "target": spec.target,
@@ -149,6 +151,9 @@ def build_report(
             "cpu_compute_ops": len(cpu),
             "npu_op_share": npu_ops / max(1, npu_ops + len(cpu)),
             "npu_cycles": sum(cycles) if cycles else None,
+            # NPU cycles of layers that only move or rescale bytes, by Vela operator.
+            "data_movement_cycles": moved["npu_cycles"],
+            "data_movement_by_op": moved["by_op"],
             "sram_kib_max": max((d["vela"]["sram_kib"] or 0 for d in delegates), default=0),
             "pte_bytes": len(pte),
         },
@@ -247,6 +252,13 @@ def format_text(r: Dict[str, Any]) -> str:
             f"{len(r['compiler_fallback'])} op(s) (reasons above)"
         )
     t = r["totals"]
+    if t.get("data_movement_by_op") is not None and t.get("npu_cycles"):
+        lines.append("")
+        kinds = ", ".join(f"{k} {v:,}" for k, v in t["data_movement_by_op"].items()) or "-"
+        lines.append(
+            f"data movement {t['data_movement_cycles']:,} NPU cycles "
+            f"({100 * t['data_movement_cycles'] / t['npu_cycles']:.1f}% of NPU): {kinds}"
+        )
     lines.append("")
     share = t.get("npu_op_share")
     lines.append(

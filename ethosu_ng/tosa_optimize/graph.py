@@ -1,0 +1,317 @@
+"""A small mutable IR of one TOSA graph, read from and written back to the flatbuffer.
+
+Reading and writing go through tosa-tools' own serializer (``tosa_serializer``): it loads the
+flatbuffer, and a new serializer built from the IR writes it. Attributes are copied field by
+field through the serializer's attribute builders, so every operator upstream emits round-trips
+without this module knowing its attributes (a graph read and written unchanged is byte-identical:
+tests/test_tosa_optimize.py). Constant data stays the serializer's raw little-endian bytes;
+``const_array`` / ``set_const_array`` decode it where a rewrite needs the values.
+
+Only single-region, single-block graphs are modelled (what upstream produces for a partition);
+``read`` raises ``UnsupportedGraph`` for anything else, and the caller leaves such a graph alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+# Ops with no side effect: removable when nothing reads their outputs.
+_IMPURE = frozenset(
+    {"VARIABLE", "VARIABLE_READ", "VARIABLE_WRITE", "CUSTOM", "COND_IF", "WHILE_LOOP"}
+)
+_NUMPY_DTYPE = {"BOOL": "u1", "INT8": "i1", "INT16": "<i2", "INT32": "<i4", "INT64": "<i8"}
+_NUMPY_DTYPE.update({"FP32": "<f4", "FP16": "<f2", "SHAPE": "<i8"})
+
+
+class UnsupportedGraph(ValueError):
+    """The graph uses something this IR does not model (several blocks, ...)."""
+
+
+@dataclass
+class Tensor:
+    name: str
+    shape: List[int]
+    dtype: str  # tosa DType name, e.g. "INT8"
+    data: Optional[List[int]] = None  # raw bytes of a constant
+    is_unranked: bool = False
+    variable: bool = False
+    variable_name: str = ""
+
+
+@dataclass
+class ShapeValue:
+    """A shape-typed value (CONST_SHAPE output): ``rank`` int64 values."""
+
+    name: str
+    rank: int
+    data: Optional[List[int]] = None
+
+
+@dataclass
+class Operator:
+    op: str  # tosa Op name, e.g. "TRANSPOSE"
+    inputs: List[str]
+    outputs: List[str]
+    attr: Dict[str, Any] = field(default_factory=dict)
+    location: Optional[str] = None
+    # Output name, in the graph as read, of the operator whose FX source this one inherits
+    # (upstream's op_sources are keyed by output tensor name).
+    source: Optional[str] = None
+
+
+@dataclass
+class Graph:
+    tensors: Dict[str, Tensor]
+    shapes: Dict[str, ShapeValue]
+    ops: List[Operator]
+    inputs: List[str]
+    outputs: List[str]
+    version: Tuple[int, int, int, bool]
+    _counter: int = 0
+
+    # ---- queries -------------------------------------------------------------------------
+    def producers(self) -> Dict[str, Operator]:
+        return {t: o for o in self.ops for t in o.outputs}
+
+    def consumers(self) -> Dict[str, List[Operator]]:
+        out: Dict[str, List[Operator]] = {}
+        for o in self.ops:
+            for t in o.inputs:
+                out.setdefault(t, []).append(o)
+        return out
+
+    def const_array(self, name: str) -> Optional[np.ndarray]:
+        """Values of a constant tensor or a shape value; None if ``name`` is not constant."""
+        if name in self.shapes:
+            s = self.shapes[name]
+            if s.data is None:
+                return None
+            return np.frombuffer(bytes(s.data), dtype="<i8").copy()
+        t = self.tensors.get(name)
+        if t is None or t.data is None or t.dtype not in _NUMPY_DTYPE:
+            return None
+        arr = np.frombuffer(bytes(t.data), dtype=_NUMPY_DTYPE[t.dtype]).copy()
+        return arr.reshape(t.shape)
+
+    def shape_of(self, name: str) -> List[int]:
+        return list(self.tensors[name].shape)
+
+    # ---- edits ---------------------------------------------------------------------------
+    def fresh_name(self, base: str) -> str:
+        while True:
+            self._counter += 1
+            name = f"{base}_tosaopt{self._counter}"
+            if name not in self.tensors and name not in self.shapes:
+                return name
+
+    def insert_before(self, anchor: Operator, op: Operator) -> None:
+        """Insert ``op`` just before ``anchor`` (the operator order changes no more than needed)."""
+        self.ops.insert(next(k for k, o in enumerate(self.ops) if o is anchor), op)
+
+    def add_const(self, anchor: Operator, base: str, arr: np.ndarray, dtype: str) -> str:
+        """A new CONST operator holding ``arr`` as ``dtype``, placed before ``anchor`` and
+        attributed to it; returns its output name."""
+        name = self.fresh_name(base)
+        raw = np.ascontiguousarray(arr.astype(_NUMPY_DTYPE[dtype]))
+        self.tensors[name] = Tensor(name, list(arr.shape), dtype, list(raw.tobytes()))
+        self.insert_before(anchor, Operator("CONST", [], [name], source=anchor.source))
+        return name
+
+    def add_const_shape(self, anchor: Operator, base: str, values: Iterable[int]) -> str:
+        """A new CONST_SHAPE operator, placed before ``anchor`` and attributed to it."""
+        name = self.fresh_name(base)
+        vals = np.asarray(list(values), dtype="<i8")
+        self.shapes[name] = ShapeValue(name, len(vals), list(vals.tobytes()))
+        self.insert_before(anchor, Operator("CONST_SHAPE", [], [name], source=anchor.source))
+        return name
+
+    def replace_uses(self, old: str, new: str) -> None:
+        """Every operator input reading ``old`` reads ``new`` instead (not graph outputs)."""
+        if old in self.outputs:
+            raise ValueError(f"{old} is a graph output; its producer must keep producing it")
+        for o in self.ops:
+            o.inputs = [new if t == old else t for t in o.inputs]
+
+    def remove_dead(self) -> None:
+        """Drop side-effect-free operators whose outputs nothing reads, to a fixed point."""
+        while True:
+            used = set(self.outputs)
+            for o in self.ops:
+                used.update(o.inputs)
+            keep = [o for o in self.ops if o.op in _IMPURE or any(t in used for t in o.outputs)]
+            if len(keep) == len(self.ops):
+                return
+            self.ops = keep
+
+    def check_order(self) -> None:
+        """Every operator input is a graph input, a constant or an earlier operator's output."""
+        known = set(self.inputs)
+        for o in self.ops:
+            missing = [t for t in o.inputs if t not in known]
+            if missing:
+                raise ValueError(f"{o.op} -> {o.outputs} reads {missing} before it is produced")
+            known.update(o.outputs)
+
+
+@contextlib.contextmanager
+def stdout_to_log():
+    """The serializer prints a version note to file descriptor 1 on every load; log it instead."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace").strip()
+            if text:
+                logger.debug("tosa_serializer: %s", text)
+
+
+def _values(t: Tensor):
+    """The serializer takes constant data as values of the tensor's dtype, not bytes."""
+    if t.data is None:
+        return None
+    if t.dtype not in _NUMPY_DTYPE:
+        raise UnsupportedGraph(f"constant {t.name} has dtype {t.dtype}, which is not modelled")
+    return np.frombuffer(bytes(t.data), dtype=_NUMPY_DTYPE[t.dtype])
+
+
+def _attr_fields(attr) -> Dict[str, Any]:
+    return {k: getattr(attr, k) for k in dir(attr) if not k.startswith("_")}
+
+
+def read(flatbuffer: bytes) -> Graph:
+    """Parse a TOSA flatbuffer into a ``Graph``."""
+    import tosa_serializer as ts
+    from tosa.TosaGraph import TosaGraph
+
+    fb = TosaGraph.GetRootAs(bytearray(flatbuffer), 0)
+    v = fb.Version()
+    version = (v._Major(), v._Minor(), v._Patch(), bool(v._Draft()))
+    if fb.RegionsLength() != 1 or fb.Regions(0).BlocksLength() != 1:
+        raise UnsupportedGraph("TOSA graph has more than one region or block")
+    # The serializer loads from a file only.
+    fd, path = tempfile.mkstemp(suffix=".tosa")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(flatbuffer)
+        ser = ts.TosaSerializer("", targetMajor=version[0], targetMinor=version[1])
+        with stdout_to_log():
+            loaded = ser.loadTosaFlatbuffer(path)
+        if not loaded:
+            raise UnsupportedGraph("tosa_serializer could not load the flatbuffer")
+    finally:
+        os.unlink(path)
+    block = ser.regions[0].basicBlocks[0]
+    tensors: Dict[str, Tensor] = {}
+    for name in block.tensors.keys():  # noqa: SIM118 (a pybind map without __iter__)
+        t = block.tensors[name]
+        tensors[name] = Tensor(
+            t.name,
+            list(t.shape),
+            t.dtype.name,
+            list(t.data) if t.data else None,
+            bool(t.is_unranked),
+            bool(t.is_variable),
+            t.variable_name,
+        )
+    for t in tensors.values():
+        if t.data is not None and t.dtype not in _NUMPY_DTYPE:
+            raise UnsupportedGraph(f"constant {t.name} has dtype {t.dtype}, which is not modelled")
+    shapes: Dict[str, ShapeValue] = {}
+    for name in block.shapes.keys():  # noqa: SIM118
+        s = block.shapes[name]
+        shapes[name] = ShapeValue(s.name, s.rank, list(s.data) if s.data else None)
+    ops = []
+    for o in block.operators:
+        loc = o.location.text if o.location is not None else None
+        out = list(o.outputs)
+        ops.append(
+            Operator(
+                o.op.name,
+                list(o.inputs),
+                out,
+                _attr_fields(o.attributes),
+                loc,
+                source=out[0] if out else None,
+            )
+        )
+    return Graph(tensors, shapes, ops, list(block.inputs), list(block.outputs), version)
+
+
+def write(graph: Graph) -> bytes:
+    """Serialize ``graph``; only tensors and shapes some operator or the IO uses are written."""
+    import tosa_serializer as ts
+
+    major, minor, patch, draft = graph.version
+    ser = ts.TosaSerializer(
+        "", targetMajor=major, targetMinor=minor, targetPatch=patch, targetDraft=draft
+    )
+    block = ser.currRegion.currBasicBlock
+    used = set(graph.inputs) | set(graph.outputs)
+    for o in graph.ops:
+        used.update(o.inputs)
+        used.update(o.outputs)
+    for name, t in graph.tensors.items():
+        if name in used:
+            block.addTensor(
+                t.name,
+                list(t.shape),
+                ts.DType.__members__[t.dtype],
+                _values(t),
+                "",
+                t.is_unranked,
+                t.variable,
+                t.variable_name,
+            )
+    for name, s in graph.shapes.items():
+        if name in used:
+            vals = None if s.data is None else np.frombuffer(bytes(s.data), dtype="<i8")
+            block.addShape(s.name, s.rank, vals)
+    for o in graph.ops:
+        attr = ts.TosaSerializerAttribute()
+        builder = _ATTRIBUTE_BUILDER.get(o.op) or _builder_name(o.op)
+        getattr(attr, builder)(**o.attr)
+        loc = ts.TosaOpLocation(o.location) if o.location is not None else None
+        block.addOperator(ts.Op.__members__[o.op], list(o.inputs), list(o.outputs), attr, loc)
+    for name in graph.inputs:
+        block.addInput(name)
+    for name in graph.outputs:
+        block.addOutput(name)
+    return bytes(ser.serialize())
+
+
+# Attribute builders whose names do not follow CamelCase(op) + "Attribute".
+_ATTRIBUTE_BUILDER = {
+    "MATMUL": "MatMulAttribute",
+    "MATMUL_T_BLOCK_SCALED": "MatMulTBlockScaledAttribute",
+    "FFT2D": "FFT2dAttribute",
+    "RFFT2D": "RFFT2dAttribute",
+    "CONV2D": "Conv2dAttribute",
+    "CONV3D": "Conv3dAttribute",
+    "DEPTHWISE_CONV2D": "DepthwiseConv2dAttribute",
+    "TRANSPOSE_CONV2D": "TransposeConv2dAttribute",
+    "AVG_POOL2D": "AvgPool2dAttribute",
+    "MAX_POOL2D": "MaxPool2dAttribute",
+    "AVG_POOL2D_ADAPTIVE": "AvgPool2dAdaptiveAttribute",
+    "MAX_POOL2D_ADAPTIVE": "MaxPool2dAdaptiveAttribute",
+    "CONV2D_BLOCK_SCALED": "Conv2dBlockScaledAttribute",
+}
+
+
+def _builder_name(op: str) -> str:
+    return "".join(p.capitalize() for p in op.split("_")) + "Attribute"
