@@ -41,27 +41,37 @@ class PassOrderError(ValueError):
     """A pass would run before a pass it declares it runs after, or an unknown pass was named."""
 
 
-def check_order(passes: Sequence[type]) -> None:
+def check_order(passes: Sequence[type], error: Type[ValueError] = PassOrderError) -> None:
     position = {p: k for k, p in enumerate(passes)}
     for k, p in enumerate(passes):
         for before in getattr(p, "runs_after", ()):
             if before in position and position[before] > k:
-                raise PassOrderError(
+                raise error(
                     f"{p.__name__} (position {k}) must run after {before.__name__} "
                     f"(position {position[before]})"
                 )
 
 
-def pass_pipeline(disabled: Iterable[Type] = ()) -> Tuple[type, ...]:
-    """``PRE_PARTITION_PASSES`` without ``disabled``, order-checked."""
+def ordered_without(
+    steps: Sequence[type],
+    disabled: Iterable[Type],
+    kind: str,
+    error: Type[ValueError] = PassOrderError,
+) -> Tuple[type, ...]:
+    """``steps`` without ``disabled``, order-checked; a disabled name that is not one of the
+    steps is an ``error`` naming it (``kind``: what the steps are, for the message). Shared by
+    the FX passes and the TOSA rewrites (``tosa_optimize/pipeline.py``)."""
     disabled = tuple(disabled)
-    unknown = [d for d in disabled if d not in PRE_PARTITION_PASSES]
+    unknown = [d for d in disabled if d not in steps]
     if unknown:
         names = [getattr(d, "__name__", repr(d)) for d in unknown]
-        known = [p.__name__ for p in PRE_PARTITION_PASSES]
-        raise PassOrderError(
-            f"disabled_passes names no pass of the pipeline: {names} (known: {known})"
-        )
-    passes = tuple(p for p in PRE_PARTITION_PASSES if p not in disabled)
-    check_order(passes)
-    return passes
+        known = [p.__name__ for p in steps]
+        raise error(f"disabled names no {kind}: {names} (known: {known})")
+    kept = tuple(p for p in steps if p not in disabled)
+    check_order(kept, error)
+    return kept
+
+
+def pass_pipeline(disabled: Iterable[Type] = ()) -> Tuple[type, ...]:
+    """``PRE_PARTITION_PASSES`` without ``disabled``, order-checked."""
+    return ordered_without(PRE_PARTITION_PASSES, disabled, "pass of the pipeline")

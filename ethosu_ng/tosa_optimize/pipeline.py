@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
 from ethosu_ng.compiler.tosa_graph import tosa_io
+from ethosu_ng.passes.pipeline import ordered_without
 from ethosu_ng.tosa_optimize import graph as tosa_ir
 from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import CollapseTransposeRank
 from ethosu_ng.tosa_optimize.rewrites.compose_transposes import ComposeTransposes
@@ -48,23 +49,7 @@ class TosaOptimizeError(RuntimeError):
 
 def rewrite_pipeline(disabled: Iterable[Type] = ()) -> Tuple[type, ...]:
     """``REWRITES`` without ``disabled``, order-checked."""
-    disabled = tuple(disabled)
-    unknown = [d for d in disabled if d not in REWRITES]
-    if unknown:
-        names = [getattr(d, "__name__", repr(d)) for d in unknown]
-        raise RewriteOrderError(
-            f"disabled names no TOSA rewrite: {names} (known: {[r.__name__ for r in REWRITES]})"
-        )
-    rewrites = tuple(r for r in REWRITES if r not in disabled)
-    position = {r: k for k, r in enumerate(rewrites)}
-    for k, r in enumerate(rewrites):
-        for before in getattr(r, "runs_after", ()):
-            if before in position and position[before] > k:
-                raise RewriteOrderError(
-                    f"{r.__name__} (position {k}) must run after {before.__name__} "
-                    f"(position {position[before]})"
-                )
-    return rewrites
+    return ordered_without(REWRITES, disabled, "TOSA rewrite", RewriteOrderError)
 
 
 def run_rewrites(graph: tosa_ir.Graph, rewrites: Sequence[type]) -> Dict[str, int]:
