@@ -14,6 +14,7 @@ import os
 from typing import Callable, List, Sequence, Tuple
 
 import torch
+from hypothesis import HealthCheck, given, settings
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, io_quantization
 from ethosu_ng.export import lower
@@ -25,6 +26,24 @@ CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
 
 # Examples per family and seed class in CI (two families: twice this per class).
 EXAMPLES_PER_FAMILY = int(os.environ.get("ETHOSU_NG_SEED_PROPERTY_EXAMPLES", "15"))
+
+
+def run_per_family(strategy, check: Callable, target: str) -> None:
+    """``check(case, target)`` on ``EXAMPLES_PER_FAMILY`` cases drawn from ``strategy``
+    (derandomized: CI draws the same cases every run; a failure prints the case)."""
+
+    @settings(
+        max_examples=EXAMPLES_PER_FAMILY,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+    )
+    @given(strategy)
+    def prop(case):
+        check(case, target)
+
+    prop()
 
 
 def blob_io_matches_parent(program) -> int:

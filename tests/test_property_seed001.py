@@ -12,9 +12,8 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from seed_property import EXAMPLES_PER_FAMILY, check_lowered
+from seed_property import TARGETS, check_lowered, run_per_family
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from ethosu_ng import EthosUNGCompileSpec, EthosUNGQuantizer
@@ -120,17 +119,6 @@ def check_case(case, target):
     )
 
 
-@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_non_fuseable_activation(target):
-    @settings(
-        max_examples=EXAMPLES_PER_FAMILY,
-        deadline=None,
-        derandomize=True,
-        suppress_health_check=list(HealthCheck),
-        database=None,
-    )
-    @given(cases())
-    def prop(case):
-        check_case(case, target)
-
-    prop()
+    run_per_family(cases(), check_case, target)

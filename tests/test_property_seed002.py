@@ -12,9 +12,8 @@ an int8 state buffer; three streaming steps from the zero state, state carried.
 import pytest
 import torch
 import torch.nn as nn
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from seed_property import EXAMPLES_PER_FAMILY, check_lowered
+from seed_property import TARGETS, check_lowered, run_per_family
 
 from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng.export import quantize
@@ -129,17 +128,6 @@ def check_streaming(case, target):
     )
 
 
-@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_streaming_state_buffers(target):
-    @settings(
-        max_examples=EXAMPLES_PER_FAMILY,
-        deadline=None,
-        derandomize=True,
-        suppress_health_check=list(HealthCheck),
-        database=None,
-    )
-    @given(streaming_cases())
-    def prop(case):
-        check_streaming(case, target)
-
-    prop()
+    run_per_family(streaming_cases(), check_streaming, target)

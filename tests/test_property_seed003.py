@@ -14,9 +14,8 @@ import pytest
 import torch
 import torch.nn as nn
 from executorch.exir import to_edge_transform_and_lower
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from seed_property import EXAMPLES_PER_FAMILY, blob_io_matches_parent
+from seed_property import TARGETS, blob_io_matches_parent, run_per_family
 from test_seed003_constant_cat_folds_exactly import folded_constants
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, EthosUNGPartitioner, io_quantization
@@ -142,17 +141,6 @@ def check_case(case, target):
         assert lsb <= 1.0001, f"{lsb} LSB {describe}"
 
 
-@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_constant_cat(target):
-    @settings(
-        max_examples=EXAMPLES_PER_FAMILY,
-        deadline=None,
-        derandomize=True,
-        suppress_health_check=list(HealthCheck),
-        database=None,
-    )
-    @given(cases())
-    def prop(case):
-        check_case(case, target)
-
-    prop()
+    run_per_family(cases(), check_case, target)

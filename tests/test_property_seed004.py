@@ -11,9 +11,8 @@ with a raw input; uint8/int8 input and output dtypes; spatial sizes.
 import pytest
 import torch
 import torch.nn as nn
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from seed_property import EXAMPLES_PER_FAMILY, check_lowered
+from seed_property import TARGETS, check_lowered, run_per_family
 
 from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng.export import quantize
@@ -104,17 +103,6 @@ def check_multi_io(case, target):
     )
 
 
-@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_integer_program_io(target):
-    @settings(
-        max_examples=EXAMPLES_PER_FAMILY,
-        deadline=None,
-        derandomize=True,
-        suppress_health_check=list(HealthCheck),
-        database=None,
-    )
-    @given(multi_io_cases())
-    def prop(case):
-        check_multi_io(case, target)
-
-    prop()
+    run_per_family(multi_io_cases(), check_multi_io, target)
