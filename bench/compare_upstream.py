@@ -189,12 +189,13 @@ def _child(which, program_path, target, force_cpu, queue):
         )
 
 
-def run_isolated(which, program_path, target, force_cpu, timeout):
+def run_isolated(which, program_path, target, force_cpu, timeout, child=None):
     """Lower the saved program in a spawned child: safe however many threads torch has started
     here, and a crash or hang of the child is a result, not the end of the benchmark."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    p = ctx.Process(target=_child, args=(which, program_path, target, force_cpu, queue))
+    # ``child``: another lowering function with _child's arguments (bench/lowering_stages.py).
+    p = ctx.Process(target=child or _child, args=(which, program_path, target, force_cpu, queue))
     p.start()
     deadline = time.monotonic() + timeout
     try:

@@ -12,6 +12,7 @@ Stages:
   our FX passes         ethosu_ng's pre-partition passes (passes/pipeline.py)
   upstream TOSA passes  ArmPassManager.transform_to_backend_pipeline, per partition
   TOSA serialization    the rest of the TOSA lowering (node visitors, flatbuffer)
+  our TOSA rewrites     ethosu_ng.tosa_optimize (between the TOSA lowering and Vela)
   Vela                  in process for upstream; for ours the CPU of the Vela child processes
   other                 everything else in to_edge_transform_and_lower (edge dialect,
                         capability checks, carving, tagging)
@@ -20,7 +21,6 @@ Stages:
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
 import sys
 import tempfile
@@ -38,6 +38,7 @@ STAGES = [
     "our FX passes",
     "upstream TOSA passes",
     "TOSA serialization",
+    "our TOSA rewrites",
     "Vela",
     "other",
 ]
@@ -95,7 +96,9 @@ def _install(timer: StageTimer, which: str) -> None:
         timer.wrap(arm_vela, "vela_compile", "Vela")
     else:
         from ethosu_ng.passes.pipeline import PRE_PARTITION_PASSES
+        from ethosu_ng.tosa_optimize import pipeline as tosa_optimize
 
+        timer.wrap(tosa_optimize, "optimize", "our TOSA rewrites")
         for cls in PRE_PARTITION_PASSES:
             timer.wrap(cls, "__call__", "our FX passes")
 
@@ -113,7 +116,7 @@ def _child(which, program_path, target, force_cpu, queue):
         fn = compare_upstream.lower_upstream if which == "upstream" else compare_upstream.lower_ours
         c0, v0 = time.process_time(), vela_process.cpu_seconds()
         # compare_upstream's lowering functions time to_edge_transform_and_lower themselves.
-        _, (wall, _), _ = fn(ep, target, force_cpu)
+        _, (wall, _), *_ = fn(ep, target, force_cpu)
         vela_children = vela_process.cpu_seconds() - v0
         total = time.process_time() - c0 + vela_children
         stages = dict(timer.totals)
@@ -127,22 +130,6 @@ def _child(which, program_path, target, force_cpu, queue):
         queue.put(("ok", {"total": total, "wall": wall, "stages": stages}))
     except BaseException as e:  # report, never hang the parent
         queue.put(("error", f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"))
-
-
-def run(which, program_path, target, force_cpu, timeout):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    p = ctx.Process(target=_child, args=(which, program_path, target, force_cpu, queue))
-    p.start()
-    try:
-        return queue.get(timeout=timeout)
-    except Exception:  # noqa: BLE001 - a dead or hung child is a result
-        return "error", f"no result (exit code {p.exitcode})"
-    finally:
-        p.join(5)
-        if p.is_alive():
-            p.kill()
-            p.join()
 
 
 def main() -> int:
@@ -168,7 +155,8 @@ def main() -> int:
             torch.export.save(torch.export.export(q, tuple(x)), path)
             force = list(args.force_cpu) + scenario_cpu
             results = {
-                w: run(w, path, args.target, force, args.timeout) for w in ("upstream", "ours")
+                w: compare_upstream.run_isolated(w, path, args.target, force, args.timeout, _child)
+                for w in ("upstream", "ours")
             }
         for who, (status, r) in results.items():
             if status != "ok":
