@@ -296,28 +296,37 @@ def npu_markdown(npu_rows) -> str:
 
 def markdown(rows, npu_rows=()) -> str:
     out = [
-        "| model | target | partitions | NPU op share | Vela NPU cycles | SRAM KiB | .pte bytes | "
-        "compile s | float boundary tensors | numerics (worst delegate, delegates within 1 LSB) | "
-        "NPU model vs TOSA (LSB) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | target | partitions | NPU op share | Vela NPU cycles | data-movement cycles | "
+        "unmapped cycles | SRAM KiB | .pte bytes | compile s | float boundary tensors | "
+        "numerics (worst delegate, delegates within 1 LSB) | NPU model vs TOSA (LSB) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         npu = _npu_cell(r["model"], r["target"], npu_rows)
         if not r["ok"]:
             out.append(
-                f"| {r['model']} | {r['target']} | failed: {r['why']} |" + " |" * 7 + f" {npu} |"
+                f"| {r['model']} | {r['target']} | failed: {r['why']} |" + " |" * 9 + f" {npu} |"
             )
             continue
         cyc = f"{r['npu_cycles']:,.0f}" if r["npu_cycles"] else "-"
+        moved = r.get("data_movement_cycles")
+        moved = "not measured" if moved is None else f"{moved:,.0f}"
+        unmapped = r.get("unmapped_cycle_share")
+        unmapped = "not measured" if unmapped is None else f"{100 * unmapped:.2f}%"
         out.append(
             f"| {r['model']} | {r['target']} | {r['partitions']} | "
             f"{100 * r['npu_op_share']:.1f}% | "
-            f"{cyc} | {r['sram_kib']:,.1f} | {r['pte_bytes']:,} ({r.get('pte_kind', '+TOSA')}) | "
+            f"{cyc} | {moved} | {unmapped} | {r['sram_kib']:,.1f} | {r['pte_bytes']:,} ({r.get('pte_kind', '+TOSA')}) | "
             f"{r['compile_s']} | "
             f"{r['float_boundary']} | {r['worst_lsb']} LSB, "
             f"{r['delegates_within_1lsb']}/{r['partitions']} | {npu} |"
         )
     out += [
+        "",
+        "Data-movement cycles: the NPU cycles of transposes, reshapes, slices, concats, pads "
+        "and rescale-only ops (`ethosu-ng report`). Unmapped cycles: the share of Vela's NPU "
+        "cycles the per-module profile could not give an `nn.Module` (goal 0%, at most 1%: "
+        "`tests/zoo/test_zoo.py`, `-m slow`).",
         "",
         "`(firmware)`: the .pte as flashed; `(+TOSA)`: measured with the TOSA graphs embedded for "
         "the numerics check (rows from a run before the script subtracted them).",

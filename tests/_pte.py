@@ -41,3 +41,37 @@ def assert_pte_carries(delegates, pte: bytes) -> None:
         blob = DelegateBlob.from_bytes(data)
         assert [(s.dtype, tuple(s.shape)) for s in blob.inputs] == ins, k
         assert [(s.dtype, tuple(s.shape)) for s in blob.outputs] == outs, k
+
+
+class CrossCheckedMethod:
+    """A .pte's method run on every NPU path the host has for it, asserting they agree bit for bit.
+
+    The TOSA reference model always (the .pte needs ``embed_tosa=True``); the Ethos-U55/U65 NPU
+    model as well when it executes the program's command streams (``default_npu_for``). Each
+    path runs its own loaded copy of the program, so state buffers advance once per step on
+    each. ``execute`` returns the NPU model's outputs where it ran, else the TOSA ones.
+    """
+
+    def __init__(self, pte: bytes, method: str = "forward"):
+        from ethosu_ng.runtime import default_npu_for, load_pte
+
+        npus = ["tosa"] + (["model"] if default_npu_for(pte) == "model" else [])
+        self.paths = {npu: load_pte(pte).method(method) for npu in npus}
+
+    @property
+    def runs_npu_model(self) -> bool:
+        return "model" in self.paths
+
+    def execute(self, inputs, describe: str = "") -> list:
+        outs = {npu: m.execute(list(inputs), npu) for npu, m in self.paths.items()}
+        want = outs["tosa"]
+        got = outs.get("model", want)
+        assert len(got) == len(want), describe
+        for k, (g, w) in enumerate(zip(got, want)):
+            if not torch.equal(g, w):
+                diff = (g.double() - w.double()).abs()
+                raise AssertionError(
+                    f"NPU model vs TOSA, output {k}: {int((diff > 0).sum())} of {diff.numel()} "
+                    f"elements differ, max {diff.max().item()} {describe}"
+                )
+        return got

@@ -4,8 +4,9 @@ For one quantized model and its compile spec: it is delegated; no op on the CPU 
 models use integer program IO, so no quantize/dequantize of the program IO runs there either,
 and any CPU op is a float op of the class); each ``call_delegate``'s argument and result dtypes
 in the parent program equal the blob's IO table; and the whole ``.pte`` run on the host runtime
-(C++ delegate, TOSA reference model) is within 1 LSB of the eager quantized model, step after
-step (state buffers carried on both sides).
+(C++ delegate) is within 1 LSB of the eager quantized model, step after step (state buffers
+carried on both sides), with the NPU model (U55/U65) equal to the TOSA reference model bit for bit
+at every step (``CrossCheckedMethod``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import os
 from typing import Callable, List, Sequence, Tuple
 
 import torch
+from _pte import CrossCheckedMethod
 from hypothesis import HealthCheck, given, settings
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, io_quantization
 from ethosu_ng.export import lower
 from ethosu_ng.partitioning.boundary import float_boundary_tensors
-from ethosu_ng.runtime import load_pte
 
 TARGETS = ("ethos-u55-128", "ethos-u85-256")
 CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
@@ -89,10 +90,12 @@ def check_lowered(
     assert {i.dtype for i in ioq.inputs} == {input_dtype}, (ioq.inputs, describe)
     assert {o.dtype for o in ioq.outputs} == {output_dtype}, (ioq.outputs, describe)
     inspect(edge)
-    method = load_pte(edge.to_executorch().buffer).method("forward")
+    method = CrossCheckedMethod(edge.to_executorch().buffer)
     for k, xs in enumerate(steps):
         want = [o.quantize(w) for o, w in zip(ioq.outputs, _as_list(q(*xs)))]
-        got = method.execute([i.quantize(x) for i, x in zip(ioq.inputs, xs)])
+        got = method.execute(
+            [i.quantize(x) for i, x in zip(ioq.inputs, xs)], f"step {k} {describe}"
+        )
         assert len(got) == len(want)
         for j, (g, w) in enumerate(zip(got, want)):
             assert g.dtype == w.dtype == output_dtype

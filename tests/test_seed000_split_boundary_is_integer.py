@@ -3,12 +3,13 @@
 Reproduced upstream (1.5.1): conv -> split -> branch into a CPU bmm gives delegate outputs
 [float32, int8] while Vela writes int8 for both. Here: zero float boundary tensors, the parent's
 call_delegate meta["val"] equals the blob's IO table, and every delegate's TOSA graph matches the
-eager quantized model within 1 LSB.
+eager quantized model within 1 LSB; on the host runtime the NPU model equals the TOSA reference
+model bit for bit.
 """
 
 import pytest
 import torch
-from _pte import assert_pte_carries, lowered_delegates
+from _pte import CrossCheckedMethod, assert_pte_carries, lowered_delegates
 from conftest import calibration_batches
 from models import AttentionBlock, ConvSplitBmm
 
@@ -101,7 +102,17 @@ def test_split_partition_boundary_is_integer(case, target):
             assert (a - b).abs().max().item() <= 1.01 * io.grid_scale
 
     # Serialized: the .pte carries exactly these delegates with the IO tables checked above.
-    assert_pte_carries(lowered_delegates(edge), edge.to_executorch().buffer)
+    delegates, out_io = lowered_delegates(edge), io_quantization(edge).outputs
+    pte = edge.to_executorch().buffer
+    assert_pte_carries(delegates, pte)
+    # On the host runtime: the NPU model (U55) runs Vela's command streams bit for bit like the
+    # TOSA reference model, and the split program stays on the quantized model's output grid.
+    method = CrossCheckedMethod(pte)
+    assert method.runs_npu_model == target.startswith("ethos-u55")
+    for inputs in [x] + calibration_batches(x, n=2, seed=7):
+        got = method.execute(inputs, f"{case} {target}")
+        for a, b, io in zip(got, q(*inputs), out_io):
+            assert (a - b).abs().max().item() <= 1.01 * io.grid_scale
 
 
 def test_commute_pass_makes_the_split_branch_int8():

@@ -3,6 +3,7 @@ scores; uint8 exists only at the program boundary, int8 everywhere inside a dele
 
 import pytest
 import torch
+from _pte import CrossCheckedMethod
 from models import TinyClassifier
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, EthosUNGQuantizer, io_quantization
@@ -80,7 +81,10 @@ def test_integer_program_io(in_dtype, target):
         want = ioq.outputs[0].quantize(q(xf))
         assert (got.to(torch.int32) - want.to(torch.int32)).abs().max() <= 1
 
-    edge.to_executorch()
+    # The .pte on the host runtime: NPU model (U55) == TOSA reference model, bit for bit.
+    method = CrossCheckedMethod(edge.to_executorch().buffer)
+    for (xf,) in images(4, 2):
+        assert method.execute([ioq.inputs[0].quantize(xf)], target)[0].dtype == torch.int8
 
 
 def test_uint8_output():
@@ -99,6 +103,10 @@ def test_uint8_output():
     assert any(o.op == "RESCALE" and o.output_unsigned for o in tosa_ops(blob.tosa))
     xi = ioq.inputs[0].quantize(x[0])
     assert max(r.worst for r in check_delegates(edge, (xi,))) <= 1
+    method = CrossCheckedMethod(edge.to_executorch().buffer)
+    assert method.runs_npu_model
+    for (xf,) in images(3, 3):
+        assert method.execute([ioq.inputs[0].quantize(xf)])[0].dtype == torch.uint8
 
 
 def test_float_io_stays_float_by_default():
