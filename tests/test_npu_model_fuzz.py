@@ -2,7 +2,7 @@
 
 Random driver payloads, command streams and register values against real-sized regions, under
 ASan + UBSan: every committed input (tests/runtime/corpus_npu_model/seeds: real Vela payloads
-with their weights; crashers: former findings) must run clean, and a FUZZ_SECONDS (60) run must
+with their weights; crashers: former findings) must run clean, and a FUZZ_SECONDS (30) run must
 find nothing. Oracles besides the sanitizers: region 0 is never written, a failing run always
 has a message. Skipped without clang (failed when ETHOSU_NG_REQUIRE_TOOLS is set).
 """

@@ -29,7 +29,7 @@ from ethosu_ng.runtime import _cmake
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "tests" / "runtime" / "corpus"
 FUZZ_SH = REPO / "bench" / "fuzz.sh"
-FUZZ_SECONDS = int(os.environ.get("ETHOSU_NG_FUZZ_SECONDS", "60"))
+FUZZ_SECONDS = int(os.environ.get("ETHOSU_NG_FUZZ_SECONDS", "30"))
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_corpus_replay(fuzz_env):
 
 
 def test_fuzz_for_ci_budget(fuzz_env):
-    """FUZZ_SECONDS (60) of fuzzing from the committed corpus finds nothing."""
+    """FUZZ_SECONDS (30) of fuzzing from the committed corpus finds nothing."""
     before = set(_corpus_files())
     rc, out = _run(["bash", FUZZ_SH, str(FUZZ_SECONDS)], fuzz_env, timeout=1800 + 2 * FUZZ_SECONDS)
     new = sorted(set(_corpus_files()) - before)
