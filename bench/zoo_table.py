@@ -316,7 +316,8 @@ def markdown(rows, npu_rows=()) -> str:
         out.append(
             f"| {r['model']} | {r['target']} | {r['partitions']} | "
             f"{100 * r['npu_op_share']:.1f}% | "
-            f"{cyc} | {moved} | {unmapped} | {r['sram_kib']:,.1f} | {r['pte_bytes']:,} ({r.get('pte_kind', '+TOSA')}) | "
+            f"{cyc} | {moved} | {unmapped} | {r['sram_kib']:,.1f} | "
+            f"{r['pte_bytes']:,} ({r.get('pte_kind', '+TOSA')}) | "
             f"{r['compile_s']} | "
             f"{r['float_boundary']} | {r['worst_lsb']} LSB, "
             f"{r['delegates_within_1lsb']}/{r['partitions']} | {npu} |"
