@@ -28,7 +28,6 @@ run of each (a shared or virtual machine only ever adds time).
 from __future__ import annotations
 
 import argparse
-import glob
 import multiprocessing as mp
 import os
 import platform
@@ -37,7 +36,6 @@ import shutil
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 
@@ -120,6 +118,7 @@ def _cpu_s() -> float:
 
 def lower_upstream(ep, target, force_cpu):
     from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
+    from executorch.backends.arm.ethosu.backend import EthosUBackend
     from executorch.exir import to_edge_transform_and_lower
     from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -132,19 +131,35 @@ def lower_upstream(ep, target, force_cpu):
         def is_node_supported(self, submodules, node):
             return not (node.op == "call_function" and op_name(node.target) in force_cpu)
 
-    art = tempfile.mkdtemp(prefix="upstream_art_")
+    # Keep each partition's TOSA as upstream hands it to Vela. (Upstream's artifact dump names a
+    # file after the first delegation tag in the partition's graph, which can be a shared input's
+    # tag: on a split program several partitions overwrite one file, and their cycles went
+    # uncounted.)
+    captured = []
+    compile_flatbuffer = EthosUBackend._compile_tosa_flatbuffer
+
+    def capture(tosa_flatbuffer, compile_spec):
+        captured.append(bytes(tosa_flatbuffer))
+        return compile_flatbuffer(tosa_flatbuffer, compile_spec)
+
+    EthosUBackend._compile_tosa_flatbuffer = staticmethod(capture)
     spec = EthosUCompileSpec(target)
-    spec.dump_intermediate_artifacts_to(art)
     t0, c0 = time.time(), _cpu_s()
-    edge = to_edge_transform_and_lower(
-        ep, partitioner=[EthosUPartitioner(spec, additional_checks=[ForceCpu()])]
-    )
+    try:
+        edge = to_edge_transform_and_lower(
+            ep, partitioner=[EthosUPartitioner(spec, additional_checks=[ForceCpu()])]
+        )
+    finally:
+        EthosUBackend._compile_tosa_flatbuffer = staticmethod(compile_flatbuffer)
     t = (time.time() - t0, _cpu_s() - c0)
-    # Upstream keeps no Vela figures; recompile its dumped TOSA (outside the timing) to get them.
+    gm = edge.exported_program().graph_module
+    delegates = sum(1 for n in gm._modules if n.startswith("lowered_module"))
+    if delegates != len(captured):
+        raise RuntimeError(f"upstream made {delegates} delegates, {len(captured)} TOSA graphs seen")
+    # Upstream keeps no Vela figures; recompile its TOSA (outside the timing) to get them.
     summaries, layers = [], []
-    for f in sorted(glob.glob(os.path.join(art, "output_tag*.tosa"))):
-        tosa = Path(f).read_bytes()
-        r = compile_tosa(tosa, EthosUNGCompileSpec(target), os.path.basename(f))
+    for k, tosa in enumerate(captured):
+        r = compile_tosa(tosa, EthosUNGCompileSpec(target), f"upstream_{k}")
         summaries.append(r.summary)
         layers += module_profile.attribute(r.layers, tosa_ops(tosa), [])
     return edge, t, summaries, module_profile.data_movement(layers)

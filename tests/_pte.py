@@ -43,31 +43,42 @@ def assert_pte_carries(delegates, pte: bytes) -> None:
         assert [(s.dtype, tuple(s.shape)) for s in blob.outputs] == outs, k
 
 
+# Targets whose command streams the NPU model executes (runtime.MODEL_PRODUCTS: U55, U65).
+NPU_MODEL_TARGETS = ("ethos-u55", "ethos-u65")
+
+
 class CrossCheckedMethod:
     """A .pte's method run on every NPU path the host has for it, asserting they agree bit for bit.
 
     The TOSA reference model always (the .pte needs ``embed_tosa=True``); the Ethos-U55/U65 NPU
-    model as well when it executes the program's command streams (``default_npu_for``). Each
-    path runs its own loaded copy of the program, so state buffers advance once per step on
-    each. ``execute`` returns the NPU model's outputs where it ran, else the TOSA ones.
+    model as well for a program compiled for ``target`` in ``NPU_MODEL_TARGETS``, which
+    ``runtime.default_npu_for`` must agree with (so the model check cannot silently not run).
+    Each path runs its own loaded copy of the program, so state buffers advance once per step on
+    each. The model runs last (``runtime.npu_model_stats()`` then describes its run);
+    ``execute`` returns its outputs where it ran, else the TOSA ones.
     """
 
-    def __init__(self, pte: bytes, method: str = "forward"):
+    def __init__(self, pte: bytes, target: str, method: str = "forward"):
         from ethosu_ng.runtime import default_npu_for, load_pte
 
-        npus = ["tosa"] + (["model"] if default_npu_for(pte) == "model" else [])
+        self.runs_npu_model = target.startswith(NPU_MODEL_TARGETS)
+        default = default_npu_for(pte)
+        assert default == ("model" if self.runs_npu_model else "tosa"), (
+            f"a {target} program defaults to npu={default!r}"
+        )
+        npus = ["tosa"] + (["model"] if self.runs_npu_model else [])
         self.paths = {npu: load_pte(pte).method(method) for npu in npus}
-
-    @property
-    def runs_npu_model(self) -> bool:
-        return "model" in self.paths
 
     def execute(self, inputs, describe: str = "") -> list:
         outs = {npu: m.execute(list(inputs), npu) for npu, m in self.paths.items()}
         want = outs["tosa"]
         got = outs.get("model", want)
-        assert len(got) == len(want), describe
+        assert len(got) == len(want), f"NPU model: {len(got)} outputs, TOSA {len(want)} {describe}"
         for k, (g, w) in enumerate(zip(got, want)):
+            assert (g.dtype, g.shape) == (w.dtype, w.shape), (
+                f"output {k}: NPU model {g.dtype} {tuple(g.shape)}, TOSA {w.dtype} "
+                f"{tuple(w.shape)} {describe}"
+            )
             if not torch.equal(g, w):
                 diff = (g.double() - w.double()).abs()
                 raise AssertionError(

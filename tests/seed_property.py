@@ -90,7 +90,7 @@ def check_lowered(
     assert {i.dtype for i in ioq.inputs} == {input_dtype}, (ioq.inputs, describe)
     assert {o.dtype for o in ioq.outputs} == {output_dtype}, (ioq.outputs, describe)
     inspect(edge)
-    method = CrossCheckedMethod(edge.to_executorch().buffer)
+    method = CrossCheckedMethod(edge.to_executorch().buffer, spec.target)
     for k, xs in enumerate(steps):
         want = [o.quantize(w) for o, w in zip(ioq.outputs, _as_list(q(*xs)))]
         got = method.execute(

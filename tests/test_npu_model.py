@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import pytest
 import torch
+from _pte import CrossCheckedMethod
 from conftest import calibration_batches
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -85,20 +86,10 @@ def _inputs(example, seed):
 def test_npu_model_bit_exact_to_tosa(name, target):
     pte, blobs, example = _compiled(name, target)
     assert blobs, f"{name}: nothing was delegated"
+    method = CrossCheckedMethod(pte, target)
     for seed in SEEDS:
-        inputs = _inputs(example, seed)
-        got = rt.run_pte(pte, inputs, npu="model")
-        stats = rt.npu_model_stats()
-        want = rt.run_pte(pte, inputs, npu="tosa")
-        assert stats["ops"] > 0, "the NPU model executed no kernel"
-        assert len(got) == len(want)
-        for k, (g, w) in enumerate(zip(got, want)):
-            assert g.dtype == w.dtype and g.shape == w.shape
-            diff = (g.double() - w.double()).abs()
-            assert torch.equal(g, w), (
-                f"{name} {target} seed {seed} output {k}: {int((diff > 0).sum())} of "
-                f"{diff.numel()} elements differ, max {diff.max().item()}"
-            )
+        method.execute(_inputs(example, seed), f"{name} {target} seed {seed}")
+        assert rt.npu_model_stats()["ops"] > 0, "the NPU model executed no kernel"
 
 
 @pytest.mark.slow
@@ -107,10 +98,7 @@ def test_npu_model_bit_exact_to_tosa(name, target):
 def test_npu_model_bit_exact_to_tosa_slow(name, target):
     """Real-sized feature maps (224x224); one seed (the reference model is slow here)."""
     pte, _, example = _compiled(name, target)
-    inputs = _inputs(example, 0)
-    got = rt.run_pte(pte, inputs, npu="model")
-    want = rt.run_pte(pte, inputs, npu="tosa")
-    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    CrossCheckedMethod(pte, target).execute(_inputs(example, 0), f"{name} {target}")
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -453,13 +441,11 @@ def test_integer_program_io_bit_exact(in_dtype, out_dtype, channels_last):
     )
     edge, _ = lower(q, (floats[0],), spec)
     ioq = io_quantization(edge)
-    pte = edge.to_executorch().buffer
+    method = CrossCheckedMethod(edge.to_executorch().buffer, spec.target)
     for xf in floats[3:]:
         feed = [ioq.inputs[0].quantize(xf)]
         assert feed[0].dtype == in_dtype
-        got = rt.run_pte(pte, feed, npu="model")
-        want = rt.run_pte(pte, feed, npu="tosa")
-        assert got[0].dtype == out_dtype and torch.equal(got[0], want[0])
+        assert method.execute(feed)[0].dtype == out_dtype
 
 
 # ------------------------------------------------------------------ random graphs
@@ -474,12 +460,9 @@ def _random_graph_case(kinds, target, seed):
     spec = EthosUNGCompileSpec(target, embed_tosa=True)
     q = quantize(model, data[0], spec, calibration=data)
     edge, _ = lower(q, data[0], spec)
-    pte = edge.to_executorch().buffer
+    method = CrossCheckedMethod(edge.to_executorch().buffer, target)
     for batch in data[:2]:
-        got = rt.run_pte(pte, list(batch), npu="model")
-        want = rt.run_pte(pte, list(batch), npu="tosa")
-        for k, (a, b) in enumerate(zip(got, want)):
-            assert torch.equal(a, b), (kinds, target, seed, k, (a - b).abs().max().item())
+        method.execute(batch, f"{kinds} {target} seed {seed}")
 
 
 @settings(

@@ -134,7 +134,7 @@ def check_case(case, target):
     # The folded constant holds exactly the eager quantized cat.
     assert min(int(np.abs(a.astype(np.int32) - want_cat).max()) for a in consts) == 0, describe
     grid = io_quantization(edge).outputs[0].grid_scale
-    method = CrossCheckedMethod(edge.to_executorch().buffer)
+    method = CrossCheckedMethod(edge.to_executorch().buffer, spec.target)
     for x in xs[1:]:
         got = method.execute([x], describe)[0]
         lsb = ((got - model(x)).abs().max() / grid).item()

@@ -113,7 +113,7 @@ def test_seed_recipe_through_the_quantizer():
     feeds = [x, (torch.randn(1, 2, H, W),)]
     for inputs in feeds:
         assert max(r.worst for r in check_delegates(edge, inputs)) == 0
-    method = CrossCheckedMethod(edge.to_executorch().buffer)
+    method = CrossCheckedMethod(edge.to_executorch().buffer, spec.target)
     for inputs in feeds:
         method.execute(inputs)  # NPU model == TOSA reference model, bit for bit
 

@@ -82,7 +82,7 @@ def test_integer_program_io(in_dtype, target):
         assert (got.to(torch.int32) - want.to(torch.int32)).abs().max() <= 1
 
     # The .pte on the host runtime: NPU model (U55) == TOSA reference model, bit for bit.
-    method = CrossCheckedMethod(edge.to_executorch().buffer)
+    method = CrossCheckedMethod(edge.to_executorch().buffer, spec.target)
     for (xf,) in images(4, 2):
         assert method.execute([ioq.inputs[0].quantize(xf)], target)[0].dtype == torch.int8
 
@@ -103,7 +103,7 @@ def test_uint8_output():
     assert any(o.op == "RESCALE" and o.output_unsigned for o in tosa_ops(blob.tosa))
     xi = ioq.inputs[0].quantize(x[0])
     assert max(r.worst for r in check_delegates(edge, (xi,))) <= 1
-    method = CrossCheckedMethod(edge.to_executorch().buffer)
+    method = CrossCheckedMethod(edge.to_executorch().buffer, spec.target)
     assert method.runs_npu_model
     for (xf,) in images(3, 3):
         assert method.execute([ioq.inputs[0].quantize(xf)])[0].dtype == torch.uint8
