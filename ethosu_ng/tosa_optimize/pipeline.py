@@ -19,6 +19,7 @@ from ethosu_ng.passes.pipeline import ordered_without
 from ethosu_ng.tosa_optimize import graph as tosa_ir
 from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import CollapseTransposeRank
 from ethosu_ng.tosa_optimize.rewrites.compose_transposes import ComposeTransposes
+from ethosu_ng.tosa_optimize.rewrites.decompose_transpose import DecomposeTranspose
 from ethosu_ng.tosa_optimize.rewrites.drop_identity_data_movement import DropIdentityDataMovement
 from ethosu_ng.tosa_optimize.rewrites.merge_reshapes import MergeReshapes
 from ethosu_ng.tosa_optimize.rewrites.sink_transpose_to_cancel import SinkTransposeToCancel
@@ -35,6 +36,7 @@ REWRITES: Tuple[type, ...] = (
     SinkTransposeToCancel,
     DropIdentityDataMovement,
     CollapseTransposeRank,
+    DecomposeTranspose,
 )
 MAX_ROUNDS = 64
 

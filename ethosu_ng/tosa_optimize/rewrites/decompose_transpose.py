@@ -1,0 +1,130 @@
+"""A TRANSPOSE of (collapsed) rank >= 4 that keeps its innermost dimension -> a chain of rank-3
+block swaps ``[M, N, Q] -> perm (1, 0, 2)`` with reshapes between.
+
+Vela 5.1 splits such a transpose into many passes with short bursts; the same element order
+reached by swapping the two leading blocks of a rank-3 view, a few times over, keeps every burst
+``Q`` elements long and runs in one pass per swap. Measured in isolation (Vela NPU cycles,
+``in -> transpose -> out``):
+
+| shape, perm | ethos-u85-256 | ethos-u55-128 |
+|---|---|---|
+| qkv ``[64, 16, 3, 4, 24]`` ``(2, 0, 3, 1, 4)`` | 3,111,976 -> 347,093 | 1,106,336 -> 147,520 |
+| heads back ``[64, 16, 4, 24]`` ``(0, 2, 1, 3)`` | 416,520 -> 118,116 | 147,616 -> 49,216 |
+| MobileViT unfold ``[384, 2, 8, 2]`` ``(0, 2, 1, 3)`` | 153,473 -> 80,232 | 26,272 -> 7,744 |
+
+Only the innermost-kept case: a swap whose innermost block is a single dimension that moves
+(``Q == 1``) costs ethos-u85-256 several times the original (``[64, 48, 32]`` ``(1, 2, 0)``:
+51,400 as one transpose, 786,968 as a swap of ``[64, 1536, 1]``). Batch-1 rank-4 layout
+transposes are left to Vela, which folds them into their neighbour (``CollapseTransposeRank``).
+The plan is the fewest swaps (breadth-first over block orders; the state space is at most
+``(rank - 1)!`` orders, rank <= 6 after collapsing in practice, capped by ``MAX_RANK``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ethosu_ng.tosa_optimize.graph import Graph, Operator, Tensor
+from ethosu_ng.tosa_optimize.rewrites._layout import perm_of
+from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import (
+    CollapseTransposeRank,
+    collapse,
+    is_image_layout_transpose,
+)
+from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import moves_only_unit_dims
+
+# Above this rank the breadth-first search (``(rank - 1)!`` states) is not worth it.
+MAX_RANK = 7
+SWAP_PERM = [1, 0, 2]
+
+Swap = Tuple[int, int]  # (i, j): the first i dims of the order swap with dims i .. j-1
+
+
+def swap_plan(perm: Sequence[int]) -> Optional[List[Swap]]:
+    """The fewest leading-block swaps taking ``range(r)`` to ``perm``, whose last dim stays last;
+    None for a perm that moves its last dim, or that is one transpose already (rank < 4)."""
+    r = len(perm)
+    if r < 4 or r > MAX_RANK or perm[-1] != r - 1:
+        return None
+    start, goal = tuple(range(r)), tuple(perm)
+    came: Dict[tuple, Optional[Tuple[tuple, Swap]]] = {start: None}
+    todo = deque([start])
+    while todo:
+        order = todo.popleft()
+        if order == goal:
+            break
+        for i in range(1, r - 1):
+            for j in range(i + 1, r):  # the last dim stays in the trailing block
+                nxt = order[i:j] + order[:i] + order[j:]
+                if nxt not in came:
+                    came[nxt] = (order, (i, j))
+                    todo.append(nxt)
+    plan: List[Swap] = []
+    order = goal
+    while came[order] is not None:
+        order, swap = came[order]
+        plan.append(swap)
+    return plan[::-1]
+
+
+def swap_views(shape: Sequence[int], plan: Sequence[Swap]) -> List[List[int]]:
+    """The rank-3 view ``[M, N, Q]`` each swap of ``plan`` transposes, starting from ``shape``."""
+    order = list(range(len(shape)))
+    views = []
+    for i, j in plan:
+        dims = [shape[d] for d in order]
+        views.append([math.prod(dims[:i]), math.prod(dims[i:j]), math.prod(dims[j:])])
+        order = order[i:j] + order[:i] + order[j:]
+    return views
+
+
+class DecomposeTranspose:
+    # After the rank is as low as it goes; cancelling pairs see the original transpose.
+    runs_after = (CollapseTransposeRank,)
+
+    def apply(self, graph: Graph) -> int:
+        changed = 0
+        for op in list(graph.ops):
+            if op.op != "TRANSPOSE":
+                continue
+            x, y = op.inputs[0], op.outputs[0]
+            shape, perm = graph.shape_of(x), perm_of(op)
+            if is_image_layout_transpose(shape, perm) or moves_only_unit_dims(shape, perm):
+                continue
+            collapsed = collapse(shape, perm)
+            in_shape, in_perm = collapsed if collapsed is not None else (shape, list(perm))
+            plan = swap_plan(in_perm)
+            if not plan:
+                continue
+            dtype = graph.tensors[x].dtype
+            cur = x
+            for k, view in enumerate(swap_views(in_shape, plan)):
+                flat = graph.fresh_name(f"{y}_swap{k}_in")
+                graph.tensors[flat] = Tensor(flat, view, dtype)
+                self._insert(graph, op, "RESHAPE", cur, flat, view)
+                swapped = graph.fresh_name(f"{y}_swap{k}")
+                graph.tensors[swapped] = Tensor(swapped, [view[1], view[0], view[2]], dtype)
+                graph.insert_before(
+                    op,
+                    Operator(
+                        "TRANSPOSE",
+                        [flat],
+                        [swapped],
+                        {**op.attr, "perms": SWAP_PERM},
+                        source=op.source,
+                    ),
+                )
+                cur = swapped
+            # The op itself becomes the reshape to the original output shape.
+            op.op, op.attr = "RESHAPE", {}
+            op.inputs = [cur, graph.add_const_shape(op, y + "_shape", graph.shape_of(y))]
+            changed += 1
+        return changed
+
+    @staticmethod
+    def _insert(graph: Graph, anchor: Operator, kind: str, src: str, dst: str, shape) -> None:
+        reshape = Operator(kind, [src], [dst], source=anchor.source)
+        graph.insert_before(anchor, reshape)
+        reshape.inputs.append(graph.add_const_shape(reshape, dst + "_shape", shape))
