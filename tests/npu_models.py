@@ -130,6 +130,16 @@ def permute():
     return m, (_img(3, 8, 8),)
 
 
+def _qkv_heads(s, x):  # timm attention's head split and merge, without the matmuls
+    q, k, v = s.l(x).reshape(4, 16, 3, 2, 12).permute(2, 0, 3, 1, 4).unbind(0)
+    return (q + k * v).transpose(1, 2).reshape(4, 16, 24)
+
+
+def qkv_heads():
+    """Rank-5 and batched rank-4 transposes (DecomposeTranspose's rank-3 block swaps)."""
+    return _Seq(_qkv_heads, l=nn.Linear(24, 72)), (torch.randn(4, 16, 24),)
+
+
 def transpose_conv():
     """Zero-insertion IFM upscaling (IFM_UPSCALE 2), 2x2 kernel, stride 2."""
     m = _Seq(lambda s, x: s.c(x), c=nn.ConvTranspose2d(8, 8, 2, stride=2))
@@ -227,6 +237,7 @@ ALL = {
         relu6,
         concat,
         permute,
+        qkv_heads,
         transpose_conv,
         transpose_conv_3x3,
         upsample_nearest,
