@@ -26,7 +26,7 @@ from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import (
     is_image_layout_transpose,
 )
 from ethosu_ng.tosa_optimize.rewrites.compose_transposes import ComposeTransposes
-from ethosu_ng.tosa_optimize.rewrites.decompose_transpose import swap_plan, swap_views
+from ethosu_ng.tosa_optimize.rewrites.fuse_transpose_chain import fused_permutation, transpose_cost
 from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import moves_only_unit_dims
 from ethosu_ng.tosa_optimize.verify import NotBitExact, check_bit_exact
 
@@ -137,7 +137,7 @@ def test_a_transpose_runs_at_its_lowest_rank(sp):
     collapsed = collapse(shape, perm)
     if is_image_layout_transpose(shape, perm):
         assert ranks in ([], [4])  # left to Vela, which folds it into its neighbour
-    elif collapsed is not None and swap_plan(collapsed[1]) is None:
+    elif collapsed is not None and _layout.swap_plan(collapsed[1]) is None:
         assert ranks == [len(collapsed[0])]
     else:  # split into rank-3 block swaps (below)
         assert set(ranks) <= {3, len(shape)}
@@ -153,13 +153,13 @@ def test_block_swap_plans_reach_every_permutation_that_keeps_the_last_dim(rank):
     shape = [2, 3, 4, 5, 6, 7][:rank]
     x = np.arange(int(np.prod(shape))).reshape(shape)
     for perm in itertools.permutations(range(rank)):
-        plan = swap_plan(perm)
+        plan = _layout.swap_plan(perm)
         if perm[-1] != rank - 1:
             assert plan is None
             continue
         assert len(plan) <= rank - 1, (perm, plan)
         y = x
-        for view in swap_views(shape, plan):
+        for view in _layout.swap_views(shape, plan):
             y = y.reshape(view).transpose(1, 0, 2)
         assert np.array_equal(y.reshape(x.transpose(perm).shape), x.transpose(perm)), perm
 
@@ -174,12 +174,12 @@ def test_a_high_rank_transpose_becomes_rank3_block_swaps(sp):
     after = transposes(result.tosa)
     collapsed = collapse(shape, perm) or (shape, perm)
     unsplit = is_image_layout_transpose(shape, perm) or moves_only_unit_dims(shape, perm)
-    if unsplit or swap_plan(collapsed[1]) is None:
+    if unsplit or _layout.swap_plan(collapsed[1]) is None:
         assert not result.applied.get("DecomposeTranspose")
     else:
         assert result.applied.get("DecomposeTranspose") == 1
         assert all(is_block_swap(t) for t in after), after
-        assert len(after) == len(swap_plan(collapsed[1]))
+        assert len(after) == len(_layout.swap_plan(collapsed[1]))
 
 
 @pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
@@ -390,3 +390,91 @@ def test_op_sources_follow_the_rewritten_operators():
     assert set(mapped.values()) <= set(before.values())
     clamp = next(o for o in tosa_ops(result.tosa) if o.op == "CLAMP")
     assert mapped[clamp.outputs[0]] == before[clamp.outputs[0]]
+
+
+# ---- FuseTransposeChain ---------------------------------------------------------------------
+
+
+@st.composite
+def data_movement_chain(draw):
+    """An input shape and 2-5 steps of ("TRANSPOSE", perm) / ("RESHAPE", shape) on it."""
+    shape = [draw(st.sampled_from((1, 2, 3, 4, 6))) for _ in range(draw(st.integers(2, 4)))]
+    steps, cur = [], list(shape)
+    for _ in range(draw(st.integers(2, 5))):
+        if draw(st.booleans()):
+            perm = list(draw(st.permutations(range(len(cur)))))
+            steps.append(("TRANSPOSE", perm))
+            cur = [cur[p] for p in perm]
+        else:  # regroup the prime factors of the size into 1-4 dims (units included)
+            factors = [f for d in cur for f in _prime_factors(d)]
+            factors = draw(st.permutations(factors)) if factors else []
+            cuts = sorted(draw(st.lists(st.integers(0, len(factors)), max_size=3)))
+            bounds = [0, *cuts, len(factors)]
+            cur = [int(np.prod(factors[a:b], dtype=int)) for a, b in zip(bounds, bounds[1:])]
+            steps.append(("RESHAPE", list(cur)))
+    return shape, steps
+
+
+def _prime_factors(n):
+    out, p = [], 2
+    while n > 1:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    return out
+
+
+def _run_chain(x, steps):
+    for kind, arg in steps:
+        x = x.transpose(arg) if kind == "TRANSPOSE" else x.reshape(arg)
+    return x
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(data_movement_chain())
+def test_a_chain_is_one_permutation_of_its_atoms(chain):
+    """Pure arithmetic, many examples: the fused permutation moves every element where the
+    chain does, or the chain is declared not fusable."""
+    shape, steps = chain
+    x = np.arange(int(np.prod(shape))).reshape(shape)
+    want = _run_chain(x, steps)
+    fused = fused_permutation(shape, steps)
+    if fused is None:
+        return
+    atoms, perm = fused
+    assert all(a > 1 for a in atoms)
+    got = x.reshape(atoms).transpose(perm).reshape(want.shape)
+    assert np.array_equal(got, want), (shape, steps, atoms, perm)
+
+
+@FAST
+@given(data_movement_chain())
+def test_a_data_movement_chain_fuses_bit_exactly_and_never_costs_more(chain):
+    shape, steps = chain
+    b = Builder()
+    y = b.input(shape)
+    for kind, arg in steps:
+        y = b.transpose(y, arg) if kind == "TRANSPOSE" else b.reshape(y, arg)
+    b.output(b.clamp(y, -50, 50))
+    tosa = b.tosa()
+    result = optimised(tosa)  # bit-exact on the reference model
+
+    def cost(t):
+        return sum(transpose_cost(s, p) for s, p in transposes(t))
+
+    assert cost(result.tosa) <= cost(tosa)
+
+
+def test_mobilevit_unfold_keeps_the_channels_innermost():
+    """NHWC -> NCHW, ``[C*nh, ph, nw, pw]`` ``(0, 2, 1, 3)``, ``[B, C, N, P]`` ``(0, 3, 2, 1)``:
+    one permutation that keeps the channels innermost, run as rank-3 block swaps."""
+    b = Builder()
+    y = b.transpose(b.input([1, 8, 8, 6]), [0, 3, 1, 2])
+    y = b.transpose(b.reshape(y, [24, 2, 4, 2]), [0, 2, 1, 3])
+    y = b.transpose(b.reshape(y, [1, 6, 16, 4]), [0, 3, 2, 1])
+    b.output(b.clamp(b.reshape(y, [4, 16, 6]), -50, 50))
+    result = optimised(b.tosa())
+    assert result.applied.get("FuseTransposeChain") == 1
+    after = transposes(result.tosa)
+    assert after and all(is_block_swap(t) and t[0][-1] % 6 == 0 for t in after), after

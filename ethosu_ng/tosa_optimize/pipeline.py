@@ -21,6 +21,7 @@ from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import CollapseTra
 from ethosu_ng.tosa_optimize.rewrites.compose_transposes import ComposeTransposes
 from ethosu_ng.tosa_optimize.rewrites.decompose_transpose import DecomposeTranspose
 from ethosu_ng.tosa_optimize.rewrites.drop_identity_data_movement import DropIdentityDataMovement
+from ethosu_ng.tosa_optimize.rewrites.fuse_transpose_chain import FuseTransposeChain
 from ethosu_ng.tosa_optimize.rewrites.merge_reshapes import MergeReshapes
 from ethosu_ng.tosa_optimize.rewrites.sink_transpose_to_cancel import SinkTransposeToCancel
 from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import (
@@ -33,6 +34,7 @@ REWRITES: Tuple[type, ...] = (
     ComposeTransposes,
     UnitDimTransposeToReshape,
     MergeReshapes,
+    FuseTransposeChain,
     SinkTransposeToCancel,
     DropIdentityDataMovement,
     CollapseTransposeRank,

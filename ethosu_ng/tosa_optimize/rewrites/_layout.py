@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence, Tuple
+import functools
+import math
+from collections import deque
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ethosu_ng.tosa_optimize.graph import Graph, Operator
 
@@ -170,3 +173,54 @@ def reshape_before_transpose(x_shape, perm, dst) -> Optional[Tuple[list, Tuple[i
             shape.append(dst[j])
     perm2 = tuple(position[j] for _, b in runs for j in b)  # back in the transpose's order
     return shape, perm2
+
+
+# Above this rank the breadth-first search (``(rank - 1)!`` states) is not worth it.
+MAX_RANK = 7
+
+Swap = Tuple[int, int]  # (i, j): the first i dims of the order swap with dims i .. j-1
+
+
+def swap_plan(perm: Sequence[int]) -> Optional[List[Swap]]:
+    """The fewest rank-3 leading-block swaps (``[M, N, Q]`` transposed ``(1, 0, 2)``, the last
+    dim always in ``Q``) taking ``range(r)`` to ``perm``; None for a perm that moves its last dim,
+    or that is one such swap or less already (rank < 4)."""
+    plan = _swap_plan(tuple(int(p) for p in perm))
+    return None if plan is None else list(plan)
+
+
+@functools.lru_cache(maxsize=1024)
+def _swap_plan(perm: Tuple[int, ...]) -> Optional[Tuple[Swap, ...]]:
+    r = len(perm)
+    if r < 4 or r > MAX_RANK or perm[-1] != r - 1:
+        return None
+    start, goal = tuple(range(r)), tuple(perm)
+    came: Dict[tuple, Optional[Tuple[tuple, Swap]]] = {start: None}
+    todo = deque([start])
+    while todo:
+        order = todo.popleft()
+        if order == goal:
+            break
+        for i in range(1, r - 1):
+            for j in range(i + 1, r):  # the last dim stays in the trailing block
+                nxt = order[i:j] + order[:i] + order[j:]
+                if nxt not in came:
+                    came[nxt] = (order, (i, j))
+                    todo.append(nxt)
+    plan: List[Swap] = []
+    order = goal
+    while came[order] is not None:
+        order, swap = came[order]
+        plan.append(swap)
+    return tuple(plan[::-1])
+
+
+def swap_views(shape: Sequence[int], plan: Sequence[Swap]) -> List[List[int]]:
+    """The rank-3 view ``[M, N, Q]`` each swap of ``plan`` transposes, starting from ``shape``."""
+    order = list(range(len(shape)))
+    views = []
+    for i, j in plan:
+        dims = [shape[d] for d in order]
+        views.append([math.prod(dims[:i]), math.prod(dims[i:j]), math.prod(dims[j:])])
+        order = order[i:j] + order[:i] + order[j:]
+    return views

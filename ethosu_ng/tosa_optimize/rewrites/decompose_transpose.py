@@ -17,72 +17,28 @@ Only the innermost-kept case: a swap whose innermost block is a single dimension
 51,400 as one transpose, 786,968 as a swap of ``[64, 1536, 1]``). Batch-1 rank-4 layout
 transposes are left to Vela, which folds them into their neighbour (``CollapseTransposeRank``).
 The plan is the fewest swaps (breadth-first over block orders; the state space is at most
-``(rank - 1)!`` orders, rank <= 6 after collapsing in practice, capped by ``MAX_RANK``).
+``(rank - 1)!`` orders: ``_layout.swap_plan``).
 """
 
 from __future__ import annotations
 
-import math
-from collections import deque
-from typing import Dict, List, Optional, Sequence, Tuple
-
 from ethosu_ng.tosa_optimize.graph import Graph, Operator, Tensor
-from ethosu_ng.tosa_optimize.rewrites._layout import perm_of
+from ethosu_ng.tosa_optimize.rewrites._layout import perm_of, swap_plan, swap_views
 from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import (
     CollapseTransposeRank,
     collapse,
     is_image_layout_transpose,
 )
+from ethosu_ng.tosa_optimize.rewrites.fuse_transpose_chain import FuseTransposeChain
 from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import moves_only_unit_dims
 
-# Above this rank the breadth-first search (``(rank - 1)!`` states) is not worth it.
-MAX_RANK = 7
 SWAP_PERM = [1, 0, 2]
-
-Swap = Tuple[int, int]  # (i, j): the first i dims of the order swap with dims i .. j-1
-
-
-def swap_plan(perm: Sequence[int]) -> Optional[List[Swap]]:
-    """The fewest leading-block swaps taking ``range(r)`` to ``perm``, whose last dim stays last;
-    None for a perm that moves its last dim, or that is one transpose already (rank < 4)."""
-    r = len(perm)
-    if r < 4 or r > MAX_RANK or perm[-1] != r - 1:
-        return None
-    start, goal = tuple(range(r)), tuple(perm)
-    came: Dict[tuple, Optional[Tuple[tuple, Swap]]] = {start: None}
-    todo = deque([start])
-    while todo:
-        order = todo.popleft()
-        if order == goal:
-            break
-        for i in range(1, r - 1):
-            for j in range(i + 1, r):  # the last dim stays in the trailing block
-                nxt = order[i:j] + order[:i] + order[j:]
-                if nxt not in came:
-                    came[nxt] = (order, (i, j))
-                    todo.append(nxt)
-    plan: List[Swap] = []
-    order = goal
-    while came[order] is not None:
-        order, swap = came[order]
-        plan.append(swap)
-    return plan[::-1]
-
-
-def swap_views(shape: Sequence[int], plan: Sequence[Swap]) -> List[List[int]]:
-    """The rank-3 view ``[M, N, Q]`` each swap of ``plan`` transposes, starting from ``shape``."""
-    order = list(range(len(shape)))
-    views = []
-    for i, j in plan:
-        dims = [shape[d] for d in order]
-        views.append([math.prod(dims[:i]), math.prod(dims[i:j]), math.prod(dims[j:])])
-        order = order[i:j] + order[:i] + order[j:]
-    return views
 
 
 class DecomposeTranspose:
-    # After the rank is as low as it goes; cancelling pairs see the original transpose.
-    runs_after = (CollapseTransposeRank,)
+    # After the rank is as low as it goes and chains are fused; cancelling pairs see the
+    # original transpose.
+    runs_after = (CollapseTransposeRank, FuseTransposeChain)
 
     def apply(self, graph: Graph) -> int:
         changed = 0
