@@ -478,3 +478,13 @@ def test_mobilevit_unfold_keeps_the_channels_innermost():
     assert result.applied.get("FuseTransposeChain") == 1
     after = transposes(result.tosa)
     assert after and all(is_block_swap(t) and t[0][-1] % 6 == 0 for t in after), after
+
+
+def test_a_constant_is_not_split_or_fused():
+    """Vela moves constant data at compile time; the rewrites leave transposes of constants."""
+    b = Builder()
+    c = b.const(np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5) % 100, "INT8")
+    t = b.transpose(b.reshape(b.transpose(c, [0, 2, 1, 3]), [2, 4, 15]), [1, 0, 2])
+    b.output(b.binary("ADD", b.rescale(b.input([4, 2, 15]), "INT32"), b.rescale(t, "INT32")))
+    result = optimize(b.tosa())
+    assert not {"DecomposeTranspose", "FuseTransposeChain"} & set(result.applied)

@@ -49,6 +49,8 @@ class DecomposeTranspose:
             shape, perm = graph.shape_of(x), perm_of(op)
             if is_image_layout_transpose(shape, perm) or moves_only_unit_dims(shape, perm):
                 continue
+            if graph.tensors[x].data is not None:
+                continue  # a constant: Vela transposes it at compile time
             collapsed = collapse(shape, perm)
             in_shape, in_perm = collapsed if collapsed is not None else (shape, list(perm))
             plan = swap_plan(in_perm)

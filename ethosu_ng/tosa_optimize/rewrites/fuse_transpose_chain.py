@@ -125,6 +125,8 @@ class FuseTransposeChain:
             if len(transposes) < 2:
                 continue
             x, y = first.inputs[0], chain[-1].outputs[0]
+            if graph.tensors[x].data is not None:
+                continue  # a constant: Vela moves it at compile time
             steps = [
                 (op.op, perm_of(op) if op.op == "TRANSPOSE" else graph.shape_of(op.outputs[0]))
                 for op in chain
