@@ -2,6 +2,7 @@
 partitioner says so with no filter, and executorch decomposes the program at most twice instead
 of three times. When the answer differs per node, the filter stays and the decision is per node."""
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -119,3 +120,41 @@ def test_both_paths_give_the_same_program(monkeypatch):
         return out
 
     assert pte(force_filter=False) == pte(force_filter=True)
+
+
+class SmallResNetStem(nn.Module):
+    """conv2d in its argument spellings (defaults omitted, stride/padding pairs, groups, no
+    bias) and max_pool2d with and without an explicit stride."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=(1, 2), dilation=(1, 2), groups=4)
+        self.c3 = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.c1(x)), 3, 2, 1)
+        return F.max_pool2d(self.c3(F.relu(self.c2(x))), 2)
+
+
+@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
+def test_a_cnn_is_decomposed_once_into_the_same_program(monkeypatch, target):
+    """CoreAtenFormsPass writes conv2d / max_pool2d as their decomposition would, so executorch
+    skips its table retrace: one decomposition (functionalize) instead of two, same .pte bytes
+    as with the pass disabled."""
+    from ethosu_ng.passes.core_aten_forms import CoreAtenFormsPass
+
+    torch.manual_seed(0)
+    model, x = SmallResNetStem().eval(), (torch.randn(1, 3, 16, 16),)
+    spec = EthosUNGCompileSpec(target)
+    q = quantize(model, x, spec, calibration=calibration_batches(x))
+    calls = _count_decompositions(monkeypatch)
+    ptes = {}
+    for disabled in ([], [CoreAtenFormsPass]):
+        calls.clear()
+        part = EthosUNGPartitioner(spec, disabled_passes=disabled)
+        edge = to_edge_transform_and_lower(torch.export.export(q, x), partitioner=[part])
+        assert len(part.report.partitions) == 1
+        ptes[bool(disabled)] = (len(calls), edge.to_executorch().buffer)
+    assert ptes[False][0] == 1 and ptes[True][0] == 2, ptes
+    assert ptes[False][1] == ptes[True][1]
