@@ -19,7 +19,7 @@ import os
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -134,6 +134,34 @@ class Graph:
         self.shapes[name] = ShapeValue(name, len(vals), list(vals.tobytes()))
         self.insert_before(anchor, Operator("CONST_SHAPE", [], [name], source=anchor.source))
         return name
+
+    def insert_reshape(self, anchor: Operator, x: str, base: str, shape: Sequence[int]) -> str:
+        """A RESHAPE of ``x`` to ``shape`` placed before ``anchor`` and attributed to it; returns
+        its output's name."""
+        out = self.fresh_name(base)
+        self.tensors[out] = Tensor(out, list(shape), self.tensors[x].dtype)
+        reshape = Operator("RESHAPE", [x], [out], source=anchor.source)
+        self.insert_before(anchor, reshape)
+        reshape.inputs.append(self.add_const_shape(reshape, out + "_shape", shape))
+        return out
+
+    def insert_transpose(
+        self, anchor: Operator, x: str, base: str, perm: Sequence[int], attr: Dict[str, Any]
+    ) -> str:
+        """A TRANSPOSE of ``x`` by ``perm`` (other attributes from ``attr``) placed before
+        ``anchor`` and attributed to it; returns its output's name."""
+        out = self.fresh_name(base)
+        shape = self.shape_of(x)
+        self.tensors[out] = Tensor(out, [shape[p] for p in perm], self.tensors[x].dtype)
+        op = Operator("TRANSPOSE", [x], [out], {**attr, "perms": list(perm)}, source=anchor.source)
+        self.insert_before(anchor, op)
+        return out
+
+    def become_reshape(self, op: Operator, x: str) -> None:
+        """``op`` now reshapes ``x`` to its own output's shape (its output keeps its name)."""
+        op.op, op.attr = "RESHAPE", {}
+        y = op.outputs[0]
+        op.inputs = [x, self.add_const_shape(op, y + "_shape", self.shape_of(y))]
 
     def replace_uses(self, old: str, new: str) -> None:
         """Every operator input reading ``old`` reads ``new`` instead (not graph outputs)."""

@@ -71,14 +71,10 @@ class CollapseTransposeRank:
             if done is None:
                 continue
             in_shape, perm = done
-            src = graph.tensors[x]
-            flat_in = graph.fresh_name(x)
-            graph.tensors[flat_in] = Tensor(flat_in, in_shape, src.dtype)
-            shape_in = graph.add_const_shape(op, flat_in + "_shape", in_shape)
-            graph.insert_before(op, Operator("RESHAPE", [x, shape_in], [flat_in], source=op.source))
+            flat_in = graph.insert_reshape(op, x, x, in_shape)
             flat_out = graph.fresh_name(y)
             out_shape = [in_shape[p] for p in perm]
-            graph.tensors[flat_out] = Tensor(flat_out, out_shape, src.dtype)
+            graph.tensors[flat_out] = Tensor(flat_out, out_shape, graph.tensors[x].dtype)
             op.inputs, op.outputs = [flat_in], [flat_out]
             op.attr = {**op.attr, "perms": perm}
             back = Operator("RESHAPE", [flat_out], [y], source=op.source)

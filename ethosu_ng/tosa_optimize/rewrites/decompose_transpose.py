@@ -22,7 +22,7 @@ The plan is the fewest swaps (breadth-first over block orders; the state space i
 
 from __future__ import annotations
 
-from ethosu_ng.tosa_optimize.graph import Graph, Operator, Tensor
+from ethosu_ng.tosa_optimize.graph import Graph
 from ethosu_ng.tosa_optimize.rewrites._layout import perm_of, swap_plan, swap_views
 from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import (
     CollapseTransposeRank,
@@ -56,33 +56,10 @@ class DecomposeTranspose:
             plan = swap_plan(in_perm)
             if not plan:
                 continue
-            dtype = graph.tensors[x].dtype
             cur = x
             for k, view in enumerate(swap_views(in_shape, plan)):
-                flat = graph.fresh_name(f"{y}_swap{k}_in")
-                graph.tensors[flat] = Tensor(flat, view, dtype)
-                self._insert(graph, op, "RESHAPE", cur, flat, view)
-                swapped = graph.fresh_name(f"{y}_swap{k}")
-                graph.tensors[swapped] = Tensor(swapped, [view[1], view[0], view[2]], dtype)
-                graph.insert_before(
-                    op,
-                    Operator(
-                        "TRANSPOSE",
-                        [flat],
-                        [swapped],
-                        {**op.attr, "perms": SWAP_PERM},
-                        source=op.source,
-                    ),
-                )
-                cur = swapped
-            # The op itself becomes the reshape to the original output shape.
-            op.op, op.attr = "RESHAPE", {}
-            op.inputs = [cur, graph.add_const_shape(op, y + "_shape", graph.shape_of(y))]
+                cur = graph.insert_reshape(op, cur, f"{y}_swap{k}_in", view)
+                cur = graph.insert_transpose(op, cur, f"{y}_swap{k}", SWAP_PERM, op.attr)
+            graph.become_reshape(op, cur)  # to the original output shape
             changed += 1
         return changed
-
-    @staticmethod
-    def _insert(graph: Graph, anchor: Operator, kind: str, src: str, dst: str, shape) -> None:
-        reshape = Operator(kind, [src], [dst], source=anchor.source)
-        graph.insert_before(anchor, reshape)
-        reshape.inputs.append(graph.add_const_shape(reshape, dst + "_shape", shape))

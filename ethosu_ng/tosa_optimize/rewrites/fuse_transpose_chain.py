@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
-from ethosu_ng.tosa_optimize.graph import Graph, Operator, Tensor
+from ethosu_ng.tosa_optimize.graph import Graph, Operator
 from ethosu_ng.tosa_optimize.rewrites._layout import perm_of, single_consumer, swap_plan
 from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import collapse
 from ethosu_ng.tosa_optimize.rewrites.compose_transposes import ComposeTransposes
@@ -145,21 +145,9 @@ class FuseTransposeChain:
 
     @staticmethod
     def _replace(graph: Graph, chain: List[Operator], x: str, y: str, atoms, perm) -> None:
-        """x -> RESHAPE(atoms) -> TRANSPOSE(perm) -> RESHAPE -> y, in place of ``chain``."""
+        """x -> RESHAPE(atoms) -> TRANSPOSE(perm) -> RESHAPE -> y, in place of ``chain``; the
+        chain's last op becomes that last reshape, the rest goes dead."""
         last = chain[-1]
-        dtype = graph.tensors[x].dtype
-        src = last.source
-        view = graph.fresh_name(f"{y}_atoms")
-        graph.tensors[view] = Tensor(view, list(atoms), dtype)
-        reshape_in = Operator("RESHAPE", [x], [view], source=src)
-        graph.insert_before(last, reshape_in)
-        reshape_in.inputs.append(graph.add_const_shape(reshape_in, view + "_shape", atoms))
-        moved = graph.fresh_name(f"{y}_fused")
-        graph.tensors[moved] = Tensor(moved, [atoms[p] for p in perm], dtype)
         attr = next(op.attr for op in chain if op.op == "TRANSPOSE")
-        graph.insert_before(
-            last, Operator("TRANSPOSE", [view], [moved], {**attr, "perms": list(perm)}, source=src)
-        )
-        # The chain's last op becomes the reshape to the chain's output; the rest goes dead.
-        last.op, last.attr = "RESHAPE", {}
-        last.inputs = [moved, graph.add_const_shape(last, y + "_shape", graph.shape_of(y))]
+        view = graph.insert_reshape(last, x, f"{y}_atoms", atoms)
+        graph.become_reshape(last, graph.insert_transpose(last, view, f"{y}_fused", perm, attr))
