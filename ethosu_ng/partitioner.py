@@ -42,6 +42,7 @@ from ethosu_ng.partitioning.partition_program import RealTensors, carve, fingerp
 from ethosu_ng.partitioning.target_limits import TargetLimits
 from ethosu_ng.passes import pass_pipeline
 from ethosu_ng.passes.qdq_nodes import rename_outputs
+from ethosu_ng.vela import process as vela_process
 from ethosu_ng.vela.compiler import VelaError
 
 logger = logging.getLogger(__name__)
@@ -130,6 +131,8 @@ class EthosUNGPartitioner(Partitioner):
         self._real_tensors: Optional[RealTensors] = None
         # Blobs compiled by ``partition``, waiting for ``preprocess`` (reached through node meta).
         self.compiled = CompiledCache()
+        # Vela's import in the zygote overlaps executorch's edge generation.
+        vela_process.prestart()
 
     # -- stage 1 ------------------------------------------------------------------------------
     def transform_for_pre_decomposition(self, program: ExportedProgram) -> ExportedProgram:

@@ -138,3 +138,18 @@ def test_high_descriptor_numbers_are_fine(pool, tmp_path):
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert r.returncode == 0 and "fine" in r.output and len(pool.all) == 1
+
+
+def test_a_partitioner_starts_the_zygote_its_first_compile_uses(pool, tmp_path):
+    """Constructing EthosUNGPartitioner starts one zygote in the background (its Vela import
+    overlaps edge generation); the compile then uses it, and its import CPU is counted from the
+    moment it is ready."""
+    from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner
+
+    EthosUNGPartitioner(EthosUNGCompileSpec("ethos-u55-128"))
+    EthosUNGPartitioner(EthosUNGCompileSpec("ethos-u85-256"))  # no second zygote
+    vela_process.prestart(wait=True)
+    assert len(pool.all) == 1
+    assert vela_process.cpu_seconds() > 0  # the Vela import, reported at "ready"
+    r = vela_process.run_vela("print('compiled')", [], str(tmp_path), 10)
+    assert r.returncode == 0 and "compiled" in r.output and len(pool.all) == 1

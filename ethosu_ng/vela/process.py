@@ -49,7 +49,8 @@ def die_with_zygote():
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except Exception:
         pass
-sys.stdout.write("ready\n"); sys.stdout.flush()
+t = os.times()
+sys.stdout.write("ready %f\n" % (t.user + t.system)); sys.stdout.flush()
 for line in sys.stdin:
     req = json.loads(line)
     pid = os.fork()
@@ -109,8 +110,10 @@ class _Zygote:
         self.poller = select.poll()
         self.poller.register(self.out, select.POLLIN)
         self.child_cpu = self.own_cpu = 0.0  # CPU seconds, as last reported by the zygote
-        if self._readline(60.0) != "ready":
+        ready = (self._readline(60.0) or "").split()
+        if not ready or ready[0] != "ready":
             raise OSError("Vela zygote did not start")
+        self.own_cpu = float(ready[1])  # the Vela import
 
     def _readline(self, timeout: float) -> Optional[str]:
         # Own buffer over the raw pipe: a buffered reader may hold the next answer already,
@@ -180,6 +183,7 @@ class _ZygotePool:
         self.all: List[_Zygote] = []
         self.lock = threading.Lock()
         self.broken = False
+        self.starting: Optional[threading.Thread] = None  # a prestart in flight or done
         atexit.register(self.close)
         # A forked copy of this process must not talk to (or kill) its parent's zygotes.
         os.register_at_fork(after_in_child=self._forget)
@@ -188,10 +192,33 @@ class _ZygotePool:
         self.idle = queue.SimpleQueue()
         self.all = []
         self.lock = threading.Lock()
+        self.starting = None
+
+    def prestart(self) -> None:
+        """Start a zygote in the background if none exists or is starting, so that its Vela
+        import overlaps what the exporter does before its first compile."""
+        with self.lock:
+            if self.broken or self.all or self.starting is not None:
+                return
+            self.starting = threading.Thread(target=self._start_one, daemon=True)
+            self.starting.start()
+
+    def _start_one(self) -> None:
+        try:
+            z = _Zygote()
+        except Exception:
+            self.broken = True  # e.g. Vela cannot be imported: fresh interpreters from now on
+            return
+        with self.lock:
+            self.all.append(z)
+        self.idle.put(z)
 
     def run(self, main: str, argv: List[str], log: str, timeout: float) -> Optional[int]:
         """The child's wait status, None when it hung past its own alarm. Raises _NoZygote when
         no zygote could run it."""
+        starting = self.starting
+        if starting is not None:
+            starting.join()  # one zygote at a time, unless compiles run in parallel
         if self.broken:
             raise _NoZygote
         try:
@@ -200,7 +227,7 @@ class _ZygotePool:
             try:
                 z = _Zygote()
             except Exception:
-                self.broken = True  # e.g. Vela cannot be imported: fresh interpreters from now on
+                self.broken = True
                 raise _NoZygote from None
             with self.lock:
                 self.all.append(z)
@@ -241,6 +268,16 @@ def cpu_seconds() -> float:
     """CPU seconds used so far by this process's zygotes and the Vela children they reaped:
     children of children, which ``os.times()`` of this process does not count."""
     return _POOL.cpu_seconds() if _POOL is not None else 0.0
+
+
+def prestart(wait: bool = False) -> None:
+    """Start a zygote now, in the background (``EthosUNGPartitioner`` does, at construction);
+    ``wait``: until it has imported Vela (or failed to)."""
+    if _POOL is not None:
+        _POOL.prestart()
+        starting = _POOL.starting
+        if wait and starting is not None:
+            starting.join()
 
 
 def run_vela(main: str, argv: List[str], workdir: str, timeout: float) -> Outcome:
