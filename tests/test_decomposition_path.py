@@ -8,6 +8,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from conftest import calibration_batches
 from executorch.exir import to_edge_transform_and_lower
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.export import ExportedProgram
 
 from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner
@@ -158,3 +160,52 @@ def test_a_cnn_is_decomposed_once_into_the_same_program(monkeypatch, target):
         ptes[bool(disabled)] = (len(calls), edge.to_executorch().buffer)
     assert ptes[False][0] == 1 and ptes[True][0] == 2, ptes
     assert ptes[False][1] == ptes[True][1]
+
+
+def _ops_and_args(program):
+    return [
+        (str(n.target), [a.name if hasattr(a, "name") else a for a in n.args[1:]])
+        for n in program.graph_module.graph.nodes
+        if n.op == "call_function"
+    ]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    st.integers(1, 3),  # kernel
+    st.sampled_from([1, 2, (2, 1)]),  # stride
+    st.sampled_from([0, 1, (1, 0)]),  # padding
+    st.sampled_from([1, 2]),  # dilation
+    st.sampled_from([1, 2]),  # groups
+    st.booleans(),  # bias
+    st.integers(1, 3),  # pool kernel
+    st.sampled_from([None, 1, 2]),  # pool stride (None: the kernel)
+    st.booleans(),  # ceil_mode
+)
+def test_core_aten_forms_equal_torchs_own_decomposition(k, s, p, d, g, bias, pk, ps, ceil):
+    """Over conv2d / max_pool2d argument spellings: the pass gives the graph torch's
+    decomposition table gives (same ops, same arguments), so executorch has nothing left to
+    decompose."""
+    from executorch.exir.program._program import _default_decomposition_table
+
+    from ethosu_ng.passes.core_aten_forms import CoreAtenFormsPass
+
+    class ConvPool(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(4, 4, k, stride=s, padding=p, dilation=d, groups=g, bias=bias)
+
+        def forward(self, x):
+            return (
+                F.max_pool2d(self.c(x), pk, ps, 0, 1, ceil)
+                if ps
+                else F.max_pool2d(self.c(x), pk, ceil_mode=ceil)
+            )
+
+    x = (torch.randn(1, 4, 11, 11),)
+    ep = torch.export.export(ConvPool().eval(), x)
+    want = ep.run_decompositions(_default_decomposition_table())
+    got = CoreAtenFormsPass()(torch.export.export(ConvPool().eval(), x)).run_decompositions({})
+    assert _ops_and_args(got) == _ops_and_args(want)
+    table = _default_decomposition_table()
+    assert not any(n.target in table for n in got.graph_module.graph.nodes)

@@ -10,8 +10,9 @@ only such ops are these two, and each decomposes into a single core op:
         -> max_pool2d_with_indices(x, k, stride, padding, dilation, ceil_mode)[0]
 
 Rewriting those nodes in place is the same graph the retrace would give, and when nothing else
-needs decomposing executorch skips the retrace (measured on the host, CPU s of the skipped
-decomposition: resnet18 0.8, mobilenetv2_100 1.4, mobilenet_v3_small 1.8, convnext_atto 4.3).
+needs decomposing executorch skips the retrace (CPU s of that table decomposition timed alone on
+the quantized program: resnet18 0.8, mobilenetv2_100 1.4, mobilenet_v3_small 1.8, convnext_atto
+4.3; the lowering ratios it moved are in docs/benchmarks.md, from bench/compare_upstream.py).
 The new nodes carry the old node's meta, as decomposition outputs do (a node pinned to the CPU
 stays pinned). Left to the decomposition: an unbatched (rank-3) input, string padding
 (``conv2d.padding``), keyword arguments, and any other op.

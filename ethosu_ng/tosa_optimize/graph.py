@@ -103,6 +103,9 @@ class Graph:
         arr = np.frombuffer(bytes(t.data), dtype=_NUMPY_DTYPE[t.dtype]).copy()
         return arr.reshape(t.shape)
 
+    def is_constant(self, name: str) -> bool:
+        return self.tensors[name].data is not None
+
     def shape_of(self, name: str) -> List[int]:
         return list(self.tensors[name].shape)
 

@@ -29,7 +29,17 @@ from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import (
 
 
 def is_image_layout_transpose(shape: Sequence[int], perm: Sequence[int]) -> bool:
+    """Any batch-1 rank-4 transpose that keeps the batch first: not collapsed (measured above)."""
     return len(shape) == 4 and shape[0] == 1 and perm[0] == 0
+
+
+# The layout transposes upstream puts around convolutions, which Vela folds into them (0 cycles):
+# the narrower set FuseTransposeChain's cost estimate counts as free.
+NHWC_NCHW_PERMS = ((0, 2, 3, 1), (0, 3, 1, 2))
+
+
+def is_nhwc_nchw_transpose(shape: Sequence[int], perm: Sequence[int]) -> bool:
+    return len(shape) == 4 and shape[0] == 1 and tuple(perm) in NHWC_NCHW_PERMS
 
 
 def collapse(shape: Sequence[int], perm: Sequence[int]) -> Optional[Tuple[List[int], List[int]]]:

@@ -24,11 +24,7 @@ from __future__ import annotations
 
 from ethosu_ng.tosa_optimize.graph import Graph
 from ethosu_ng.tosa_optimize.rewrites._layout import perm_of, swap_plan, swap_views
-from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import (
-    CollapseTransposeRank,
-    collapse,
-    is_image_layout_transpose,
-)
+from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import CollapseTransposeRank, collapse
 from ethosu_ng.tosa_optimize.rewrites.fuse_transpose_chain import FuseTransposeChain
 from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import moves_only_unit_dims
 
@@ -47,12 +43,10 @@ class DecomposeTranspose:
                 continue
             x, y = op.inputs[0], op.outputs[0]
             shape, perm = graph.shape_of(x), perm_of(op)
-            if is_image_layout_transpose(shape, perm) or moves_only_unit_dims(shape, perm):
-                continue
-            if graph.tensors[x].data is not None:
-                continue  # a constant: Vela transposes it at compile time
-            collapsed = collapse(shape, perm)
-            in_shape, in_perm = collapsed if collapsed is not None else (shape, list(perm))
+            if moves_only_unit_dims(shape, perm) or graph.is_constant(x):
+                continue  # a reshape; or constant data, which Vela moves at compile time
+            # (A batch-1 layout transpose collapses to rank 3 and gets no plan: left to Vela.)
+            in_shape, in_perm = collapse(shape, perm) or (shape, list(perm))
             plan = swap_plan(in_perm)
             if not plan:
                 continue

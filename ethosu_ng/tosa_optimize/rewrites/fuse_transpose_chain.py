@@ -21,19 +21,16 @@ from typing import List, Optional, Sequence, Tuple
 
 from ethosu_ng.tosa_optimize.graph import Graph, Operator
 from ethosu_ng.tosa_optimize.rewrites._layout import perm_of, single_consumer, swap_plan
-from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import collapse
+from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import (
+    collapse,
+    is_nhwc_nchw_transpose,
+)
 from ethosu_ng.tosa_optimize.rewrites.compose_transposes import ComposeTransposes
 from ethosu_ng.tosa_optimize.rewrites.merge_reshapes import MergeReshapes
 from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import moves_only_unit_dims
 
 INNERMOST_MOVE_COST = 4
-# The layout transposes upstream puts around convolutions, which Vela folds into them.
-NHWC_NCHW_PERMS = ((0, 2, 3, 1), (0, 3, 1, 2))
 _CHAIN_OPS = ("RESHAPE", "TRANSPOSE")
-
-
-def is_nhwc_nchw_transpose(shape: Sequence[int], perm: Sequence[int]) -> bool:
-    return len(shape) == 4 and shape[0] == 1 and tuple(perm) in NHWC_NCHW_PERMS
 
 
 def transpose_cost(shape: Sequence[int], perm: Sequence[int]) -> int:
@@ -125,8 +122,8 @@ class FuseTransposeChain:
             if len(transposes) < 2:
                 continue
             x, y = first.inputs[0], chain[-1].outputs[0]
-            if graph.tensors[x].data is not None:
-                continue  # a constant: Vela moves it at compile time
+            if graph.is_constant(x):
+                continue  # Vela moves constant data at compile time
             steps = [
                 (op.op, perm_of(op) if op.op == "TRANSPOSE" else graph.shape_of(op.outputs[0]))
                 for op in chain
