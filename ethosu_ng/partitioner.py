@@ -1,8 +1,10 @@
 """EthosUNGPartitioner: picks what runs on the NPU and makes every boundary integer.
 
 Stages (each a separate module):
-1. ``transform_for_pre_decomposition``: CommuteQDQThroughPassThroughPass moves (de)quantize off
-   data-movement ops so they run in int8 (the only point where a partitioner may edit the graph).
+1. ``transform_for_pre_decomposition``: our FX passes (``passes/pipeline.py``; e.g.
+   CommuteQDQThroughPassThroughPass moves (de)quantize off data-movement ops so they run in int8),
+   then DecomposeInPlacePass decomposes the few nodes executorch would otherwise retrace the whole
+   program for (the only point where a partitioner may edit the graph).
 2. support: upstream's TOSA / Ethos-U operator checks (through ``upstream``) minus ``cpu_ops``.
 3. proposal: torch.fx's CapabilityBasedPartitioner (convex partitions, no cycles).
 4. boundary: BoundaryContract.shrink removes nodes until no float tensor crosses; the rest are
@@ -41,6 +43,7 @@ from ethosu_ng.partitioning.delegate_io import QPARAMS_META, integer_tensor_qpar
 from ethosu_ng.partitioning.partition_program import RealTensors, carve, fingerprint
 from ethosu_ng.partitioning.target_limits import TargetLimits
 from ethosu_ng.passes import pass_pipeline
+from ethosu_ng.passes.decompose_in_place import DecomposeInPlacePass, functional_activations
 from ethosu_ng.passes.qdq_nodes import rename_outputs
 from ethosu_ng.vela import process as vela_process
 from ethosu_ng.vela.compiler import VelaError
@@ -143,6 +146,13 @@ class EthosUNGPartitioner(Partitioner):
                 n.meta.setdefault("custom", {})[_PINNED_META] = op_name(n.target)
         for make_pass in self.passes:
             program = make_pass()(program)
+        functional_activations(program)
+        kept, per_node = self.ops_to_not_decompose(program)
+        if per_node is None:  # with a per-node filter executorch decomposes everything anyway
+            table = exir.decomposition_table()
+            for op in kept:
+                table.pop(op, None)
+            program = DecomposeInPlacePass(table)(program)
         # Passes re-type or replace output nodes; the signature names them by position.
         rename_outputs(program, names_before, program.graph_module.graph.output_node().args[0])
         # ``partition`` will get this program with fake parameters; remember the real ones.

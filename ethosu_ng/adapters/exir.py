@@ -9,7 +9,8 @@ moves one fails here, loudly, not somewhere that would swallow it. Pinned agains
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from contextlib import contextmanager
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from executorch.exir.backend.utils import WhyNoPartitionReporter
@@ -18,6 +19,9 @@ from torch.export import ExportedProgram
 __all__ = [
     "WhyNoPartitionReporter",
     "carve_partition",
+    "decomposed_by_edge_generation",
+    "decomposition_table",
+    "edge_decomposition_tracing",
     "duplicate_shared_constants",
     "keepable_ops",
     "pte_delegate_payloads",
@@ -36,6 +40,56 @@ def rejected_reasons(reporter: WhyNoPartitionReporter) -> Dict[torch.fx.Node, st
             "executorch changed; update ethosu_ng/adapters/exir.py"
         )
     return reasons
+
+
+def decomposition_table() -> Dict[torch._ops.OpOverload, Callable]:
+    """A fresh copy of the table ``to_edge_transform_and_lower`` decomposes with before it takes
+    out the ops a partitioner keeps (``_default_decomposition_table``)."""
+    from executorch.exir.program._program import _default_decomposition_table
+
+    return _default_decomposition_table()
+
+
+def decomposed_by_edge_generation(op, table: Dict[torch._ops.OpOverload, Callable]) -> bool:
+    """Whether edge generation rewrites ``op``: its first ``run_decompositions({})`` expands every
+    CompositeImplicitAutograd op torch.export does not preserve (``reshape`` -> ``view`` or
+    ``clone`` + ``_unsafe_view``; torch's private ``_is_cia_op`` / ``_is_preservable_cia_op``),
+    and its second the ops of ``table``."""
+    from torch._export.utils import _is_cia_op, _is_preservable_cia_op
+
+    if op in table:
+        return True
+    return (
+        isinstance(op, torch._ops.OpOverload) and _is_cia_op(op) and not _is_preservable_cia_op(op)
+    )
+
+
+@contextmanager
+def edge_decomposition_tracing(table: Dict[torch._ops.OpOverload, Callable]):
+    """While open, tracing (``make_fx``) decomposes as ``run_decompositions(table)`` does; yields
+    the table to hand ``make_fx``. torch.export splits ``table`` in two: CompositeImplicitAutograd
+    ops get its entry as their CIA kernel, the CIA ops torch.export can preserve and ``table``
+    does not name are preserved, and the rest is an ordinary decomposition table
+    (``_split_decomp_table_to_cia_and_python_decomp`` / ``_override_composite_implicit_decomp``,
+    torch private). ``make_fx`` alone would run C++ CIA kernels instead (``linear`` on a
+    permuted input folds into ``mm`` where the export path gives ``bmm``)."""
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch.export.exported_program import (
+        _override_composite_implicit_decomp,
+        _split_decomp_table_to_cia_and_python_decomp,
+    )
+
+    cia, python_table = _split_decomp_table_to_cia_and_python_decomp(dict(table))
+    # Most CIA entries (~500 of ~550) are the op's own CIA kernel, which dispatch runs anyway;
+    # patching them costs 0.05-0.2 CPU s per use, so only the others are installed.
+    cia = {
+        op: fn
+        for op, fn in cia.items()
+        if getattr(getattr(fn, "func", None), "__name__", "") != "_special_op_to_decompose_cia"
+    }
+    # The CIA entries are Python kernels: only the Python dispatcher consults them.
+    with _override_composite_implicit_decomp(cia), enable_python_dispatcher():
+        yield python_table
 
 
 def keepable_ops(ops: List[torch._ops.OpOverload]) -> List[torch._ops.OpOverload]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Iterable, Sequence, Tuple, Type
 
 from ethosu_ng.passes.commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
-from ethosu_ng.passes.core_aten_forms import CoreAtenFormsPass
 from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
 from ethosu_ng.passes.integer_program_io import IntegerProgramIOPass
 from ethosu_ng.passes.lower_roll import LowerRollPass
@@ -35,7 +34,6 @@ PRE_PARTITION_PASSES: Tuple[type, ...] = (
     UnifyConcatQParamsPass,
     CommuteQDQThroughPassThroughPass,
     MarkQuantizedIslandsPass,
-    CoreAtenFormsPass,
 )
 
 
