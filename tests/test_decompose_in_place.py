@@ -221,3 +221,26 @@ def test_every_spliced_op_is_exercised_and_spliced():
     decompose(ep)
     assert decompose.decomposed > 0 and not SPLICED_OPS & {n.target for n in decompose.left}
     assert not SPLICED_OPS & {n.target for n in ep.graph.nodes if n.op == "call_function"}
+
+
+def test_stale_strides_left_by_earlier_passes_do_not_decide_the_trace():
+    """Graph passes rewire nodes without recomputing the values downstream; a reshape is a view
+    or a copy by its input's real strides. A permute whose stored value claims contiguous
+    strides still gives the retrace's clone + view."""
+
+    class PermuteReshape(nn.Module):
+        def forward(self, x):
+            return x.permute(0, 2, 1).reshape(2, 12) * 2
+
+    x = (torch.randn(2, 3, 4),)
+    table = exir.decomposition_table()
+    want = torch.export.export(PermuteReshape(), x).run_decompositions({})
+    want = want.run_decompositions(table)
+    ep = torch.export.export(PermuteReshape(), x)
+    permute = next(n for n in ep.graph.nodes if n.target == torch.ops.aten.permute.default)
+    stale = permute.meta["val"]
+    with stale.fake_mode:
+        permute.meta["val"] = torch.empty(stale.shape, dtype=stale.dtype)  # contiguous
+    got = DecomposeInPlacePass(table)(ep).run_decompositions({})
+    assert _canonical(got) == _canonical(want)
+    assert any(n.target == torch.ops.aten.clone.default for n in got.graph.nodes)

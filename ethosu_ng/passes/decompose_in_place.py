@@ -30,6 +30,7 @@ from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from torch.utils import _pytree as pytree
 
 from ethosu_ng.adapters import exir
@@ -73,6 +74,9 @@ class DecomposeInPlacePass:
         ]
         done = set()
         if any(n.target in SPLICED_OPS for n in nodes):
+            # A trace depends on its inputs' strides (a reshape is a view or a copy), and the
+            # passes before this one rewire nodes without recomputing the values downstream.
+            _propagate_values(program)
             with exir.edge_decomposition_tracing(self.table) as python_table:
                 self._python_table = python_table
                 for node in nodes:
@@ -229,6 +233,14 @@ def _functional_overload(node: Node) -> Optional[torch._ops.OpOverload]:
     if [(a.name, str(a.type)) for a in functional._schema.arguments] != args:
         return None
     return functional
+
+
+def _propagate_values(program: ExportedProgram) -> None:
+    """Recompute every node's fake value from the placeholders' (what a retrace would see)."""
+    placeholders = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
+    vals = [n.meta.get("val") for n in placeholders]
+    fake_mode = detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+    FakeTensorProp(program.graph_module, fake_mode).propagate_dont_convert_inputs(*vals)
 
 
 def _live_nodes(graph: Graph) -> Collection[Node]:
