@@ -244,3 +244,23 @@ def test_stale_strides_left_by_earlier_passes_do_not_decide_the_trace():
     got = DecomposeInPlacePass(table)(ep).run_decompositions({})
     assert _canonical(got) == _canonical(want)
     assert any(n.target == torch.ops.aten.clone.default for n in got.graph.nodes)
+
+
+def test_symbolic_shapes_are_left_to_the_retrace():
+    """With a dynamic dimension nothing is spliced (the cached traces are per static shape);
+    the program is unchanged and executorch's retrace decomposes it."""
+
+    class TransposeReshape(nn.Module):
+        def forward(self, x):
+            return x.transpose(1, 2).reshape(x.shape[0], -1)
+
+    batch = torch.export.Dim("batch", min=2, max=8)
+    ep = torch.export.export(
+        TransposeReshape(), (torch.randn(4, 3, 5),), dynamic_shapes=({0: batch},)
+    )
+    before = _canonical(ep)
+    decompose = DecomposeInPlacePass(exir.decomposition_table())
+    decompose(ep)
+    assert decompose.decomposed == 0
+    assert "aten.transpose.int" in [str(n.target) for n in decompose.left]
+    assert _canonical(ep) == before

@@ -76,7 +76,9 @@ class DecomposeInPlacePass:
         if any(n.target in SPLICED_OPS for n in nodes):
             # A trace depends on its inputs' strides (a reshape is a view or a copy), and the
             # passes before this one rewire nodes without recomputing the values downstream.
-            _propagate_values(program)
+            if not _propagate_values(program):
+                self.left = [n for n in nodes if n.target in self.table]
+                return program
             with exir.edge_decomposition_tracing(self.table) as python_table:
                 self._python_table = python_table
                 for node in nodes:
@@ -235,12 +237,24 @@ def _functional_overload(node: Node) -> Optional[torch._ops.OpOverload]:
     return functional
 
 
-def _propagate_values(program: ExportedProgram) -> None:
-    """Recompute every node's fake value from the placeholders' (what a retrace would see)."""
+def _propagate_values(program: ExportedProgram) -> bool:
+    """Recompute every node's fake value from the placeholders' (what a retrace would see).
+    False if that is not possible here (symbolic shapes, an op without a fake kernel): then
+    nothing is spliced and executorch's retrace decomposes as usual."""
     placeholders = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
     vals = [n.meta.get("val") for n in placeholders]
-    fake_mode = detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
-    FakeTensorProp(program.graph_module, fake_mode).propagate_dont_convert_inputs(*vals)
+    tensors = [v for v in vals if isinstance(v, torch.Tensor)]
+    if len(tensors) != len(vals) or any(
+        not isinstance(d, int) for v in tensors for d in (*v.shape, *v.stride())
+    ):
+        return False
+    try:
+        FakeTensorProp(
+            program.graph_module, detect_fake_mode(tensors)
+        ).propagate_dont_convert_inputs(*vals)
+    except Exception:  # the retrace will raise it again, where users expect it, or handle it
+        return False
+    return True
 
 
 def _live_nodes(graph: Graph) -> Collection[Node]:
