@@ -40,7 +40,9 @@ aten = torch.ops.aten
 # checked against the retrace by tests/test_decompose_in_place.py. ``reshape``, ``flatten`` and
 # ``chunk`` are not in the table, but functionalization writes them with ops that are (a
 # non-viewable reshape as ``clone`` + ``_unsafe_view``, chunk as ``split``). Any other op is left
-# to the retrace.
+# to the retrace. torch.export also swaps in table entries for CompositeImplicitAutograd ops
+# while it traces (``linear`` on a permuted input then becomes ``bmm``, where their C++ kernels
+# give ``mm``); the ops here reach none such, so a plain ``make_fx`` traces them the same way.
 SPLICED_OPS = frozenset(
     {
         aten.conv2d.default,
@@ -52,6 +54,11 @@ SPLICED_OPS = frozenset(
         aten.flatten.using_ints,
         aten.chunk.default,
     }
+)
+# Spliced ops whose decomposition reads only their inputs' ranks and dtypes, not sizes or
+# strides: one trace serves every shape (a CNN's convolutions differ in shape, not in form).
+RANK_ONLY_OPS = frozenset(
+    {aten.conv2d.default, aten.max_pool2d.default, aten.transpose.int, aten._unsafe_view.default}
 )
 # Meta a decomposed node gets from its own trace, not from the node it replaces.
 _OWN_META = ("val", "tensor_meta", "unbacked_bindings")
@@ -79,11 +86,9 @@ class DecomposeInPlacePass:
             if not _propagate_values(program):
                 self.left = [n for n in nodes if n.target in self.table]
                 return program
-            with exir.edge_decomposition_tracing(self.table) as python_table:
-                self._python_table = python_table
-                for node in nodes:
-                    if node.target in SPLICED_OPS and self._splice(graph, node):
-                        done.add(node)
+            for node in nodes:
+                if node.target in SPLICED_OPS and self._splice(graph, node):
+                    done.add(node)
         self.decomposed = len(done)
         self.left = [n for n in nodes if n not in done and n.target in self.table]
         if self.decomposed:
@@ -99,11 +104,16 @@ class DecomposeInPlacePass:
             return None
         if any(not isinstance(d, int) for v in vals for d in (*v.shape, *v.stride())):
             return None
+        rank_only = node.target in RANK_ONLY_OPS
+
+        def input_key(v: torch.Tensor) -> tuple:
+            return (v.dim(), v.dtype) if rank_only else (v.shape, v.stride(), v.dtype)
+
         key = (
             node.target,
             str(spec),
             tuple(
-                ("in", leaf.meta["val"].shape, leaf.meta["val"].stride(), leaf.meta["val"].dtype)
+                ("in", *input_key(leaf.meta["val"]))
                 if isinstance(leaf, Node)
                 else ("const", repr(leaf))
                 for leaf in leaves
@@ -122,7 +132,7 @@ class DecomposeInPlacePass:
             return target(*args, **kwargs)
 
         try:
-            traced = make_fx(call, decomposition_table=self._python_table)(*vals)
+            traced = make_fx(call, decomposition_table=self.table)(*vals)
         except Exception:  # an op the table cannot trace alone: executorch's retrace handles it
             return None
         for n in traced.graph.nodes:
@@ -158,11 +168,6 @@ class DecomposeInPlacePass:
         live = _live_nodes(traced.graph)
         for sub in traced.graph.nodes:
             if sub.op != "call_function" or sub not in live:
-                continue
-            if sub.target == aten.alias.default:
-                # Tracing through an overridden CIA kernel wraps its result in aliases;
-                # functionalization drops them (a retrace's graph has none).
-                env[sub] = env[sub.args[0]]
                 continue
             with graph.inserting_before(node):
                 new = graph.call_function(
