@@ -5,14 +5,14 @@ its decomposition table (``run_decompositions``) whenever one node of an op in t
 in the graph, and skips the retrace when none is. On our programs the ops left are few and their
 decompositions small (``conv2d`` -> ``convolution``, ``max_pool2d`` -> ``max_pool2d_with_indices``
 + getitem, ``transpose.int`` -> ``permute``, ``_unsafe_view`` -> ``view``, ...), while the retrace
-costs as much as every other decomposition of the program together (attention_bmm: 0.6 of
-2.7 CPU s; docs/benchmarks.md has the lowerings this moves).
+walks the whole program (deit_tiny's lowering: 149.7 -> 136.0 CPU s without it; the figures per
+model are in docs/benchmarks.md).
 
 So each such node is traced alone through the same table (``make_fx`` on the node's fake
 inputs) and the traced nodes replace it, carrying its meta as a retrace's nodes do. Traces are
-cached by op, constant arguments and input shapes/dtypes, so a transformer's repeated blocks
-trace each distinct node once. The table is the one executorch will use: its default table
-without the ops the partitioner keeps whole.
+cached by op, constant arguments and input shapes, strides and dtypes (ranks and dtypes only for
+``RANK_ONLY_OPS``), so repeated blocks trace each distinct node once. The table is the one
+executorch will use: its default table without the ops the partitioner keeps whole.
 
 A node is left to executorch's retrace (which then still runs; correct, only slower) when its
 inputs are not all static-shaped fake tensors, or its trace holds what a splice cannot carry
