@@ -126,6 +126,8 @@ class SmallResNetStem(nn.Module):
     """conv2d in its argument spellings (defaults omitted, stride/padding pairs, groups, no
     bias) and max_pool2d with and without an explicit stride."""
 
+    input_shape = (1, 3, 16, 16)
+
     def __init__(self):
         super().__init__()
         self.c1 = nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)
@@ -140,6 +142,8 @@ class SmallResNetStem(nn.Module):
 class AttentionHead(nn.Module):
     """Reshapes of permuted (non-contiguous) tensors, transpose, flatten and a matmul: the
     views of timm's attention code, which edge generation otherwise decomposes in a retrace."""
+
+    input_shape = (1, 8, 4, 4)
 
     def __init__(self):
         super().__init__()
@@ -163,9 +167,7 @@ def test_one_decomposition_and_the_same_program(monkeypatch, target, model_cls):
     from ethosu_ng.passes.decompose_in_place import DecomposeInPlacePass
 
     torch.manual_seed(0)
-    model, x = model_cls().eval(), (torch.randn(1, 8, 4, 4),)
-    if model_cls is SmallResNetStem:
-        x = (torch.randn(1, 3, 16, 16),)
+    model, x = model_cls().eval(), (torch.randn(*model_cls.input_shape),)
     spec = EthosUNGCompileSpec(target)
     q = quantize(model, x, spec, calibration=calibration_batches(x))
     calls = _count_decompositions(monkeypatch)

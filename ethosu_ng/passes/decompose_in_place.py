@@ -79,16 +79,12 @@ class DecomposeInPlacePass:
             for n in graph.nodes
             if n.op == "call_function" and exir.decomposed_by_edge_generation(n.target, self.table)
         ]
+        spliceable = [n for n in nodes if n.target in SPLICED_OPS]
         done = set()
-        if any(n.target in SPLICED_OPS for n in nodes):
-            # A trace depends on its inputs' strides (a reshape is a view or a copy), and the
-            # passes before this one rewire nodes without recomputing the values downstream.
-            if not _propagate_values(program):
-                self.left = [n for n in nodes if n.target in self.table]
-                return program
-            for node in nodes:
-                if node.target in SPLICED_OPS and self._splice(graph, node):
-                    done.add(node)
+        # A trace depends on its inputs' strides (a reshape is a view or a copy), and the passes
+        # before this one rewire nodes without recomputing the values downstream.
+        if spliceable and _propagate_values(program):
+            done = {n for n in spliceable if self._splice(graph, n)}
         self.decomposed = len(done)
         self.left = [n for n in nodes if n not in done and n.target in self.table]
         if self.decomposed:
@@ -100,9 +96,8 @@ class DecomposeInPlacePass:
         leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
         inputs = [leaf for leaf in leaves if isinstance(leaf, Node)]
         vals = [n.meta.get("val") for n in inputs]
+        # Shapes are static here (``_propagate_values`` checked the placeholders).
         if not inputs or not all(isinstance(v, torch.Tensor) for v in vals):
-            return None
-        if any(not isinstance(d, int) for v in vals for d in (*v.shape, *v.stride())):
             return None
         rank_only = node.target in RANK_ONLY_OPS
 

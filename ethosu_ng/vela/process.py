@@ -204,14 +204,19 @@ class _ZygotePool:
             self.starting.start()
 
     def _start_one(self) -> None:
+        z = self._new_zygote()
+        if z is not None:
+            self.idle.put(z)
+
+    def _new_zygote(self) -> Optional[_Zygote]:
         try:
             z = _Zygote()
         except Exception:
             self.broken = True  # e.g. Vela cannot be imported: fresh interpreters from now on
-            return
+            return None
         with self.lock:
             self.all.append(z)
-        self.idle.put(z)
+        return z
 
     def run(self, main: str, argv: List[str], log: str, timeout: float) -> Optional[int]:
         """The child's wait status, None when it hung past its own alarm. Raises _NoZygote when
@@ -224,13 +229,9 @@ class _ZygotePool:
         try:
             z = self.idle.get_nowait()
         except queue.Empty:
-            try:
-                z = _Zygote()
-            except Exception:
-                self.broken = True
+            z = self._new_zygote()
+            if z is None:
                 raise _NoZygote from None
-            with self.lock:
-                self.all.append(z)
         try:
             status = z.run(main, argv, log, timeout)
         except Exception:
