@@ -65,6 +65,12 @@ class EthosUNGCompileSpec:
             upstream's lowering and Vela; each is bit-exact on the TOSA reference model.
         tosa_optimize_verify: check every optimised partition against the original on the TOSA
             reference model at compile time (random inputs; slow on big partitions).
+        verify_npu: run every partition's command stream on the NPU model and its TOSA graph on
+            the reference model at compile time and require them to agree bit for bit
+            (``compiler/verify_npu.py``; Ethos-U85 streams are not modelled and are skipped). A
+            partition that deviates is compiled again with other Vela options, else its ops
+            responsible move to the CPU (``cpu_fallback``) with the reason in the report.
+        strict: a deviation the verification finds is an export error, not a CPU fallback.
     """
 
     target: str
@@ -78,6 +84,8 @@ class EthosUNGCompileSpec:
     sram_budget: Optional[int] = None
     tosa_optimize: bool = True
     tosa_optimize_verify: bool = False
+    verify_npu: bool = True
+    strict: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, str) or self.target.lower() not in TARGETS:
@@ -114,7 +122,13 @@ class EthosUNGCompileSpec:
             or self.vela_workers < 1
         ):
             raise ValueError(f"vela_workers must be an int >= 1, got {self.vela_workers!r}")
-        for name in ("cpu_fallback", "tosa_optimize", "tosa_optimize_verify"):
+        for name in (
+            "cpu_fallback",
+            "tosa_optimize",
+            "tosa_optimize_verify",
+            "verify_npu",
+            "strict",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool")
         if self.sram_budget is not None and (

@@ -36,6 +36,7 @@ from ethosu_ng.backend import EthosUNGBackend  # noqa: F401
 from ethosu_ng.compile_spec import BACKEND_ID, EthosUNGCompileSpec
 from ethosu_ng.compiler.compiled_cache import CompiledCache, attach
 from ethosu_ng.compiler.pipeline import compile_partitions
+from ethosu_ng.compiler.verify_npu import NpuDeviation
 from ethosu_ng.ops import NO_COMPUTE_OPS, is_compute, op_name, resolve_op_names
 from ethosu_ng.partitioning.boundary import BoundaryContract, PartitionIO, node_order, partition_io
 from ethosu_ng.partitioning.culprit_search import CulpritSearch
@@ -248,16 +249,25 @@ class EthosUNGPartitioner(Partitioner):
                     break
                 if not self.compile_spec.cpu_fallback:
                     raise failures[0][1]
+                deviation = next((e for _, e in failures if isinstance(e, NpuDeviation)), None)
+                if self.compile_spec.strict and deviation is not None:
+                    raise deviation
                 if round_ == _MAX_FALLBACK_ROUNDS:
                     raise _gave_up(failures[0][1], round_, report.compiler_fallback)
                 for part, error in failures:
                     for c in search.culprits(part, error):
-                        why = (
-                            f"NPU compiler failed: Vela {c.error.what} on "
-                            f"{op_name(c.node.target)}"
-                            + (" (an op of the same kind)" if c.known == "kind" else "")
-                            + f": {c.error.last_words}"
-                        )
+                        kind = " (an op of the same kind)" if c.known == "kind" else ""
+                        if isinstance(c.error, NpuDeviation):
+                            why = (
+                                f"verified compile: {c.error.what} with "
+                                f"{op_name(c.node.target)}{kind} in the partition; moved to CPU: "
+                                f"{c.error.last_words}"
+                            )
+                        else:
+                            why = (
+                                f"NPU compiler failed: Vela {c.error.what} on "
+                                f"{op_name(c.node.target)}{kind}: {c.error.last_words}"
+                            )
                         excluded[c.node] = why
                         report.compiler_fallback[c.node.name] = why
         excluded.update(removed)
@@ -294,7 +304,8 @@ class EthosUNGPartitioner(Partitioner):
         self.report = report
         if report.compiler_fallback:
             warnings.warn(
-                f"EthosUNGPartitioner: the NPU compiler failed on {len(report.compiler_fallback)} "
+                f"EthosUNGPartitioner: the NPU compiler failed (or its stream failed the "
+                f"verified compile) on {len(report.compiler_fallback)} "
                 f"op(s) for {self.compile_spec.target}; they run on the CPU: "
                 + "; ".join(f"{name}: {why}" for name, why in report.compiler_fallback.items()),
                 stacklevel=2,

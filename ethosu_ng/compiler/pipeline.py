@@ -19,7 +19,7 @@ import copy
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import List, Optional, Sequence, Set, Tuple, Union
 
 from torch.export import ExportedProgram
@@ -28,6 +28,7 @@ from ethosu_ng import module_profile
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.blob import DelegateBlob
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.compiler import verify_npu
 from ethosu_ng.compiler.dropped_output import emit_shared_rank4_outputs_nhwc, may_drop_output
 from ethosu_ng.compiler.io_check import check_io
 from ethosu_ng.compiler.tosa_graph import tosa_io, tosa_ops
@@ -37,6 +38,10 @@ from ethosu_ng.vela import compiler as vela_compiler
 from ethosu_ng.vela.compiler import VelaError, VelaResult
 
 logger = logging.getLogger(__name__)
+
+# Vela options tried, in order, on a partition whose stream the NPU model says is wrong: another
+# schedule usually changes the tiling a deviation comes from.
+RETRY_VELA_FLAGS: Tuple[Tuple[str, ...], ...] = (("--optimise", "Size"),)
 
 
 def _drop_provenance(program: ExportedProgram) -> None:
@@ -132,6 +137,8 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
             vela = vela_compiler.compile_tosa(tosa, spec, partition=p.name)
     tosa_ins, tosa_outs = tosa_io(tosa)
     io = check_io(p.name, p.declared, tosa_ins, tosa_outs, vela, nhwc)
+    if spec.verify_npu:
+        vela, io = _verified(p.name, tosa, vela, io, spec, p.declared, tosa_ins, tosa_outs, nhwc)
     io.layers = module_profile.attribute(vela.layers, tosa_ops(tosa), op_sources)
     blob = DelegateBlob(
         inputs=io.inputs,
@@ -151,6 +158,30 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
         len(vela.weights),
     )
     return CompiledPartition(blob.to_bytes(), io)
+
+
+def _verified(name, tosa, vela, io, spec, declared, tosa_ins, tosa_outs, nhwc):
+    """The NPU model's verdict on Vela's stream (``verify_npu``). On a deviation Vela is run
+    again with each of ``RETRY_VELA_FLAGS``; the first stream that verifies is kept, else the
+    first deviation is raised (the caller falls back to the CPU or, under ``strict``, fails)."""
+    try:
+        io.npu_verification = verify_npu.verify(name, tosa, vela, io.inputs, io.outputs, spec)
+        return vela, io
+    except verify_npu.NpuDeviation as first:
+        logger.info("%s: %s; trying other Vela options", name, first)
+        for flags in RETRY_VELA_FLAGS:
+            retry = replace(spec, extra_vela_flags=(*spec.extra_vela_flags, *flags))
+            try:
+                v2 = vela_compiler.compile_tosa(tosa, retry, partition=name)
+                io2 = check_io(name, declared, tosa_ins, tosa_outs, v2, nhwc)
+                verdict = verify_npu.verify(name, tosa, v2, io2.inputs, io2.outputs, spec)
+            except VelaError:
+                continue
+            verdict.retried_with = list(flags)
+            io2.npu_verification = verdict
+            logger.info("%s: verified with Vela %s", name, " ".join(flags))
+            return v2, io2
+        raise first
 
 
 def compile_partitions(

@@ -45,9 +45,15 @@ def logical_to_npu(t: torch.Tensor, spec) -> np.ndarray:
 
 
 def run_tosa(flatbuffer: bytes, inputs: Sequence[torch.Tensor]) -> List[np.ndarray]:
+    return run_tosa_arrays(
+        flatbuffer, [np.ascontiguousarray(t.detach().contiguous().numpy()) for t in inputs]
+    )
+
+
+def run_tosa_arrays(flatbuffer: bytes, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
     import tosa_reference_model as refmodel
 
-    arrays = [np.ascontiguousarray(t.detach().contiguous().numpy()) for t in inputs]
+    arrays = [np.ascontiguousarray(a) for a in arrays]
     outs, status = refmodel.run(flatbuffer, arrays, initialize_variable_tensor_from_numpy=True)
     if status != refmodel.GraphStatus.TOSA_VALID:
         raise RuntimeError(f"TOSA reference model rejected the graph: {status}")

@@ -35,6 +35,8 @@ class DelegateIOSpec:
     vela_summary: Dict[str, str] = field(default_factory=dict)
     # Vela's layers attributed to modules (module_profile.attribute), for the per-module profile.
     layers: List[Dict] = field(default_factory=list)
+    # compiler.verify_npu's verdict on the command stream (None: verification off).
+    npu_verification: Optional[object] = None
 
 
 def _qparams_of(node: Node) -> Optional[Tuple[float, int]]:

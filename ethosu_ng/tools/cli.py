@@ -109,6 +109,8 @@ def cmd_compile(args) -> int:
             sram_budget=args.sram_budget,
             tosa_optimize=not args.no_tosa_optimize,
             tosa_optimize_verify=args.verify_tosa_optimize,
+            verify_npu=not args.no_verify_npu,
+            strict=args.strict,
         )
     except (ValueError, TypeError) as e:
         raise CliError(str(e)) from None
@@ -364,6 +366,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--verify-tosa-optimize",
         action="store_true",
         help="check each optimised TOSA graph bit for bit against the original (reference model)",
+    )
+    c.add_argument(
+        "--no-verify-npu",
+        action="store_true",
+        help="skip running each command stream on the NPU model against TOSA at compile time",
+    )
+    c.add_argument(
+        "--strict",
+        action="store_true",
+        help="a command stream the verified compile finds wrong is an error, not a CPU fallback",
     )
     c.add_argument("--seed", type=int, default=0)
     c.add_argument(

@@ -36,6 +36,11 @@ def _num(summary: Dict[str, str], key: str) -> Optional[float]:
         return None
 
 
+def _verdict(info) -> Optional[Dict[str, Any]]:
+    v = getattr(info, "npu_verification", None)
+    return v.as_dict() if v is not None else None
+
+
 def vela_estimates(summary: Dict[str, str]) -> Dict[str, Optional[float]]:
     """The figures a user compares across targets, from Vela's per-network summary CSV."""
     t = _num(summary, "inference_time")
@@ -85,6 +90,8 @@ def build_report(
                 # Vela's layers with their TOSA operator, FX node and module (module_profile).
                 "layers": getattr(info, "layers", None) or [],
                 "data_movement": module_profile.data_movement(getattr(info, "layers", None) or []),
+                # compiler.verify_npu: NPU model vs TOSA on this stream at compile time.
+                "npu_verification": _verdict(info),
             }
         )
     cpu = []
@@ -220,6 +227,20 @@ def _io_text(specs: List[Dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
+def _verdict_text(v: Optional[Dict[str, Any]]) -> str:
+    if not v:
+        return "not verified (verify_npu off)"
+    if v["status"] == "skipped":
+        return f"skipped: {v['reason']}"
+    text = (
+        f"{v['status']}: {v['samples']} input sample(s), max difference {v['max_diff']}, "
+        f"{v['seconds']:.2f} s"
+    )
+    if v.get("retried_with"):
+        text += f" (Vela {' '.join(v['retried_with'])})"
+    return text
+
+
 def format_text(r: Dict[str, Any]) -> str:
     lines = [
         f"model {r.get('model') or '?'}  target {r.get('target') or '?'}  "
@@ -240,6 +261,12 @@ def format_text(r: Dict[str, Any]) -> str:
             f"{_fmt(v['offchip_flash_kib'], digits=1):>11}{_fmt(v['macs']):>14}"
             f"  in [{_io_text(d['inputs'])}] out [{_io_text(d['outputs'])}]"
         )
+    verdicts = [(d["name"], d.get("npu_verification")) for d in r["delegates"]]
+    if any(v for _, v in verdicts):
+        lines.append("")
+        lines.append("verified compile (NPU model vs TOSA on each command stream):")
+        for name, v in verdicts:
+            lines.append(f"  {name:<16} {_verdict_text(v)}")
     if r["cpu_ops"]:
         lines.append("")
         lines.append("on the CPU:")
@@ -248,7 +275,8 @@ def format_text(r: Dict[str, Any]) -> str:
     if r.get("compiler_fallback"):
         lines.append("")
         lines.append(
-            f"moved to the CPU because the NPU compiler failed on them: "
+            f"moved to the CPU because the NPU compiler failed or its stream failed the verified "
+            f"compile: "
             f"{len(r['compiler_fallback'])} op(s) (reasons above)"
         )
     t = r["totals"]

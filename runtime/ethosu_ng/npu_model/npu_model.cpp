@@ -222,6 +222,17 @@ class Model {
             static_cast<long long>(f.sy), static_cast<long long>(f.sx), static_cast<long long>(f.sc));
   }
   bool trace_ = std::getenv("ETHOSU_NG_NPU_MODEL_TRACE") != nullptr;
+  // IFM_PAD_TOP/LEFT are 7-bit fields, IFM_PAD_BOTTOM/RIGHT 8-bit
+  // (ethosu55_interface.h: npu_set_ifm_pad_*_t); the bits above are reserved.
+  Error check_ifm_padding(int pt, int pl, int pb, int pr) {
+    if (pt > 127 || pl > 127 || pb > 255 || pr > 255) {
+      return fail(Error::InvalidProgram,
+                  "IFM padding (t %d l %d b %d r %d): IFM_PAD_TOP/LEFT are 7-bit fields (0..127), "
+                  "IFM_PAD_BOTTOM/RIGHT 8-bit (0..255)",
+                  pt, pl, pb, pr);
+    }
+    return Error::Ok;
+  }
   Error op_conv(bool depthwise);
   Error op_pool();
   Error op_elementwise();
@@ -866,9 +877,9 @@ Error Model::op_conv(bool depthwise) {
   const int kw = (kw_eff - 1) / dil_x + 1;
   const int pt = p0(SET_IFM_PAD_TOP), pl = p0(SET_IFM_PAD_LEFT);
   const int pb = p0(SET_IFM_PAD_BOTTOM), pr = p0(SET_IFM_PAD_RIGHT);
-  if (pt > 127 || pl > 127 || pb > 127 || pr > 127) {
-    return fail(Error::InvalidProgram, "IFM padding (t %d l %d b %d r %d) above 127", pt, pl, pb,
-                pr);
+  e = check_ifm_padding(pt, pl, pb, pr);
+  if (e != Error::Ok) {
+    return e;
   }
   // The NPU has no IFM height/width register: the IFM is the area the
   // kernel sweeps, less the padding.
@@ -1065,9 +1076,9 @@ Error Model::op_pool() {
   const int kw = p0(SET_KERNEL_WIDTH_M1) + 1;
   const int pt = p0(SET_IFM_PAD_TOP), pl = p0(SET_IFM_PAD_LEFT);
   const int pb = p0(SET_IFM_PAD_BOTTOM), pr = p0(SET_IFM_PAD_RIGHT);
-  if (pt > 127 || pl > 127 || pb > 127 || pr > 127) {
-    return fail(Error::InvalidProgram, "IFM padding (t %d l %d b %d r %d) above 127", pt, pl, pb,
-                pr);
+  e = check_ifm_padding(pt, pl, pb, pr);
+  if (e != Error::Ok) {
+    return e;
   }
   ifm.h = (ofm.h - 1) * stride_y + kh - pt - pb;
   ifm.w = (ofm.w - 1) * stride_x + kw - pl - pr;

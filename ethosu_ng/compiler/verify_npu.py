@@ -1,0 +1,174 @@
+"""Verified compile: Vela's command stream is run on the NPU model and compared with the TOSA
+reference model on the same partition, bit for bit, before a blob is written.
+
+Inputs are deterministic (seeded by the partition's TOSA bytes): one draw uniform over each
+input's integer range and one of only its two ends. NPU scratch is filled with a poison byte
+before the model runs (a different one per sample), so a command that reads memory no command
+and no input wrote, or an output element no command wrote, shows up as a difference.
+
+A difference is an ``NpuDeviation``: a ``VelaError``, so the partitioner handles it as it handles
+a Vela crash (culprit search, the ops responsible move to the CPU, the reason in the report) and
+``strict`` makes it an export error. Ethos-U85 streams are not modelled: their verdict is
+``skipped`` with that reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass, field
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.tensor_spec import TensorSpec
+from ethosu_ng.vela.compiler import VelaError, VelaResult
+
+# One poison byte per sample: an unwritten byte cannot match TOSA in every sample by chance.
+POISON = (0xA5, 0x5A)
+# Families whose command streams the NPU model executes.
+MODELLED_FAMILIES = ("ethos-u55", "ethos-u65")
+
+
+class NpuDeviation(VelaError):
+    """The NPU model, running Vela's command stream, differs from the TOSA reference model."""
+
+    def __init__(self, partition: str, target: str, what: str, last_words: str):
+        super().__init__(partition, target, what, last_words)
+        self.verdict: Optional[NpuVerdict] = None
+        RuntimeError.__init__(
+            self,
+            f"verified compile: partition {partition!r} for {target}: {what} on Vela's command "
+            f"stream ({last_words})",
+        )
+
+
+@dataclass
+class NpuVerdict:
+    """Per partition, in the report: ``verified``, ``deviation`` or ``skipped``."""
+
+    status: str
+    reason: str = ""
+    samples: int = 0
+    max_diff: int = 0  # largest |model - TOSA| over all outputs and samples, integer steps
+    output: Optional[int] = None  # the output index of ``max_diff`` when it is not 0
+    elements_differing: int = 0
+    seconds: float = 0.0
+    retried_with: List[str] = field(default_factory=list)  # Vela flags that made it verify
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _np_dtype(spec: TensorSpec) -> np.dtype:
+    import torch
+
+    return np.dtype(torch.empty((), dtype=spec.dtype).numpy().dtype)
+
+
+def _physical_shape(spec: TensorSpec) -> tuple:
+    return tuple(spec.shape[d] for d in spec.dim_order)
+
+
+def sample_inputs(specs: Sequence[TensorSpec], seed: int) -> List[List[np.ndarray]]:
+    """Per sample, per input: an array in the NPU buffer's memory order."""
+    rng = np.random.default_rng(seed)
+    samples: List[List[np.ndarray]] = [[], []]
+    for s in specs:
+        dt = _np_dtype(s)
+        lo, hi = (0, 1) if dt == np.bool_ else (np.iinfo(dt).min, np.iinfo(dt).max)
+        shape = _physical_shape(s)
+        samples[0].append(rng.integers(lo, hi, size=shape, endpoint=True).astype(dt))
+        samples[1].append(np.where(rng.random(shape) < 0.5, lo, hi).astype(dt))
+    return samples
+
+
+def _run_model(
+    vela: VelaResult, ins: Sequence[TensorSpec], outs: Sequence[TensorSpec], arrays, poison: int
+) -> List[np.ndarray]:
+    from ethosu_ng import runtime as rt
+
+    scratch = bytearray([poison]) * vela.scratch_size
+    fast = bytearray([poison]) * vela.fast_scratch_size if vela.fast_scratch_size else None
+    for s, a in zip(ins, arrays):
+        data = np.ascontiguousarray(a).tobytes()
+        scratch[s.offset : s.offset + len(data)] = data
+    rt.npu_model_run(vela.command_stream, vela.weights, scratch, fast)
+    got = []
+    for s in outs:
+        dt = _np_dtype(s)
+        raw = bytes(scratch[s.offset : s.offset + s.numel * dt.itemsize])
+        got.append(np.frombuffer(raw, dtype=dt).reshape(_physical_shape(s)))
+    return got
+
+
+def _run_tosa(tosa: bytes, arrays) -> List[np.ndarray]:
+    from ethosu_ng.numerics.tosa_reference import run_tosa_arrays
+
+    return run_tosa_arrays(tosa, arrays)
+
+
+def verify(
+    name: str,
+    tosa: bytes,
+    vela: VelaResult,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    spec: EthosUNGCompileSpec,
+) -> NpuVerdict:
+    """Run the stream on the NPU model and TOSA on the reference model; raise ``NpuDeviation``
+    naming the output and the difference, or return the verdict."""
+    t0 = time.perf_counter()
+    if spec.family not in MODELLED_FAMILIES:
+        return NpuVerdict("skipped", f"{spec.family} command streams are not modelled")
+    from ethosu_ng import runtime as rt
+
+    seed = int.from_bytes(hashlib.sha256(tosa).digest()[:8], "little")
+    verdict = NpuVerdict("verified")
+    worst = (0, None, 0, "")  # max diff, output, elements differing, where
+    for k, arrays in enumerate(sample_inputs(inputs, seed)):
+        try:
+            got = _run_model(vela, inputs, outputs, arrays, POISON[k % len(POISON)])
+        except rt.NpuModelError as e:
+            raise NpuDeviation(
+                name, spec.target, "stream rejected by the NPU model", str(e)
+            ) from None
+        want = _run_tosa(tosa, arrays)
+        for j, (g, w) in enumerate(zip(got, want)):
+            w = np.asarray(w)
+            if w.dtype != g.dtype and w.dtype.itemsize == g.dtype.itemsize:
+                w = w.view(g.dtype)  # an int8 graph tensor for a uint8 entry: the same bits
+            w = w.astype(np.int64).reshape(-1)
+            g = g.astype(np.int64).reshape(-1)
+            if w.size != g.size:
+                raise NpuDeviation(
+                    name,
+                    spec.target,
+                    "output size differs",
+                    f"output {j}: TOSA gives {w.size} elements, the blob declares {g.size}",
+                )
+            d = np.abs(g - w)
+            m = int(d.max()) if d.size else 0
+            if m > worst[0]:
+                i = int(d.argmax())
+                where = f"element {i}: model {int(g[i])}, TOSA {int(w[i])}"
+                worst = (m, j, int((d > 0).sum()), where)
+        verdict.samples += 1
+    verdict.seconds = time.perf_counter() - t0
+    if worst[0]:
+        verdict.status, verdict.max_diff, verdict.output, verdict.elements_differing = (
+            "deviation",
+            worst[0],
+            worst[1],
+            worst[2],
+        )
+        err = NpuDeviation(
+            name,
+            spec.target,
+            f"NPU model differs from TOSA by {worst[0]} at output {worst[1]}",
+            f"{worst[2]} element(s) differ; {worst[3]}",
+        )
+        err.verdict = verdict
+        raise err
+    return verdict
