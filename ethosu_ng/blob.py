@@ -1,14 +1,16 @@
-"""DelegateBlob: the bytes one Ethos-U delegate carries in the .pte (format v1).
+"""DelegateBlob: the bytes one Ethos-U delegate carries in the .pte (format v2).
 
 Written by preprocess, read by tests, the CLI and (in C++) by runtime/. The layout is documented
 in docs/blob-format.md; every multi-byte field is little-endian and every section starts on a
-16-byte boundary so the runtime can use the blob in place.
+16-byte boundary so the runtime can use the blob in place. The header, the IO table, the section
+table and every section payload carry a CRC-32 (zlib's), checked by both readers at load.
 """
 
 from __future__ import annotations
 
 import math
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, NoReturn, Optional
 
@@ -37,15 +39,22 @@ REGION_SCRATCH = 1
 REGION_FAST_SCRATCH = 2
 
 MAGIC = b"EUNG"
-VERSION = 1
+VERSION = 2
 ALIGN = 16
 
 # Reserved bytes are unpacked (not skipped) because the readers require them to be zero.
-HEADER = struct.Struct("<4sHHIHHIHHIIII24s")  # 64 bytes
+HEADER = struct.Struct("<4sHHIHHIHHIIIIII12sI")  # 64 bytes
 # The scale is unpacked as its bit pattern: "no scale" is exactly +0.0 (bits 0).
 IO_ENTRY = struct.Struct("<BBBBIIiI6I6B14s")  # 64 bytes
-SECTION_ENTRY = struct.Struct("<IIII")  # 16 bytes
+SECTION_ENTRY = struct.Struct("<IIII")  # 16 bytes: kind, offset, size, CRC-32 of the payload
 assert HEADER.size == 64 and IO_ENTRY.size == 64 and SECTION_ENTRY.size == 16
+
+# Where the checksums live. The header's own CRC covers every header byte before it (reserved
+# bytes and the two table CRCs included), so a flip anywhere in the blob's metadata is caught.
+HEADER_IO_TABLE_CRC = 40
+HEADER_SECTION_TABLE_CRC = 44
+HEADER_CRC = 60
+SECTION_CRC = 12  # inside a section table entry
 
 SECTION_COMMAND_STREAM = 1
 SECTION_WEIGHTS = 2
@@ -60,11 +69,61 @@ FLAG_HAS_TOSA = 1
 
 
 class BlobFormatError(ValueError):
-    """A blob that breaks one rule of docs/blob-format.md; ``rule`` is the rule's id there."""
+    """A blob that breaks one rule of docs/blob-format.md; ``rule`` is the rule's id there, and
+    for a checksum rule ``section`` names the corrupt part ("header", "io_table",
+    "section_table", "command_stream", "weights", "tosa")."""
 
-    def __init__(self, rule: str, message: str) -> None:
+    def __init__(self, rule: str, message: str, section: Optional[str] = None) -> None:
         super().__init__(message)
         self.rule = rule
+        self.section = section
+
+
+def crc32(data: bytes) -> int:
+    """The blob's checksum: CRC-32 (IEEE 802.3 polynomial, reflected, as zlib.crc32)."""
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def write_checksums(buf: bytes) -> bytes:
+    """``buf`` with every checksum field recomputed from the bytes it covers.
+
+    The writer seals blobs with it; tests and fuzz tooling reseal a patched blob so that it
+    breaks the rule they aim at rather than a checksum. Tolerates hostile layouts: a checksum
+    whose range lies outside the buffer is left as it is.
+    """
+    b = bytearray(buf)
+    if len(b) < HEADER.size:
+        return bytes(b)
+    n_in, n_out, io_off = struct.unpack_from("<HHI", b, 12)
+    n_sec, sec_off = struct.unpack_from("<HI", b, 22)
+    # Payloads first: their CRCs sit in the section table, which the table's CRC covers; the
+    # header's CRC covers the table CRCs, so it comes last.
+    for k in range(n_sec):
+        entry = sec_off + k * SECTION_ENTRY.size
+        if entry + SECTION_ENTRY.size > len(b):
+            break
+        _, off, size, _ = SECTION_ENTRY.unpack_from(b, entry)
+        if off + size <= len(b):
+            struct.pack_into("<I", b, entry + SECTION_CRC, crc32(b[off : off + size]))
+    sec_end = sec_off + n_sec * SECTION_ENTRY.size
+    if sec_end <= len(b):
+        struct.pack_into("<I", b, HEADER_SECTION_TABLE_CRC, crc32(b[sec_off:sec_end]))
+    io_end = io_off + (n_in + n_out) * IO_ENTRY.size
+    if io_end <= len(b):
+        struct.pack_into("<I", b, HEADER_IO_TABLE_CRC, crc32(b[io_off:io_end]))
+    struct.pack_into("<I", b, HEADER_CRC, crc32(b[:HEADER_CRC]))
+    return bytes(b)
+
+
+def _check_crc(rule: str, section: str, data: bytes, stored: int) -> None:
+    actual = crc32(data)
+    if actual != stored:
+        raise BlobFormatError(
+            rule,
+            f"blob section '{section}': checksum 0x{actual:08x}, expected 0x{stored:08x} "
+            f"(the blob changed after it was written)",
+            section,
+        )
 
 
 def _pad(n: int) -> int:
@@ -85,7 +144,7 @@ class DelegateBlob:
     def to_bytes(self) -> bytes:
         """The blob; a ValueError (BlobFormatError naming the rule) if it would break a rule."""
         if len(self.inputs) > 0xFFFF or len(self.outputs) > 0xFFFF:
-            raise ValueError("too many delegate inputs/outputs for blob v1")
+            raise ValueError(f"too many delegate inputs/outputs for blob v{VERSION}")
         sections = [(SECTION_COMMAND_STREAM, self.command_stream), (SECTION_WEIGHTS, self.weights)]
         if self.tosa is not None:
             sections.append((SECTION_TOSA, self.tosa))
@@ -116,7 +175,10 @@ class DelegateBlob:
             self.scratch_size,
             self.fast_scratch_size,
             FLAG_HAS_TOSA if self.tosa is not None else 0,
-            bytes(24),
+            0,  # IO table CRC, section table CRC and header CRC: write_checksums
+            0,
+            bytes(12),
+            0,
         )
         out = bytearray(header + io_bytes)
         out += b"\0" * (sec_off - len(out))
@@ -124,6 +186,7 @@ class DelegateBlob:
         out += b"\0" * (data_off - len(out))
         out += b"".join(payload)
         assert len(out) == total
+        out = write_checksums(out)
         # The writer emits only blobs the readers accept: a TensorSpec the format cannot hold
         # (a zero-size tensor, IO outside scratch, ...) fails here, at compile time, not on the
         # device.
@@ -153,12 +216,22 @@ class DelegateBlob:
             scratch,
             fast_scratch,
             flags,
+            io_crc,
+            sec_crc,
             reserved,
+            header_crc,
         ) = HEADER.unpack_from(buf, 0)
         if magic != MAGIC:
             _fail("magic", f"bad blob magic {magic!r}, expected {MAGIC!r}")
         if version != VERSION:
-            _fail("version", f"unsupported blob version {version}, this reader handles {VERSION}")
+            _fail(
+                "version",
+                f"blob format version {version}, this reader reads version {VERSION}: rebuild "
+                f"the .pte with a matching ethosu_ng",
+            )
+        # Before any other header field is believed: a flipped bit in a size or an offset
+        # must read as corruption, not as a malformed blob.
+        _check_crc("header_checksum", "header", buf[:HEADER_CRC], header_crc)
         if header_size != HEADER.size:
             _fail("header_size", f"header size {header_size}, expected {HEADER.size}")
         if io_entry_size != IO_ENTRY.size:
@@ -175,12 +248,14 @@ class DelegateBlob:
             _fail("io_table_offset", f"IO table offset {io_off}, expected {HEADER.size}")
         io_end = io_off + (n_in + n_out) * IO_ENTRY.size
         _check_range("io_table_range", "IO table", io_off, io_end - io_off, total)
+        _check_crc("io_table_checksum", "io_table", buf[io_off:io_end], io_crc)
         if sec_off % ALIGN:
             _fail("section_table_align", f"section table offset {sec_off} is not {ALIGN}-aligned")
         if sec_off < io_end:
             _fail("section_table_order", f"section table at {sec_off} overlaps the IO table")
         sec_end = sec_off + n_sec * SECTION_ENTRY.size
         _check_range("section_table_range", "section table", sec_off, sec_end - sec_off, total)
+        _check_crc("section_table_checksum", "section_table", buf[sec_off:sec_end], sec_crc)
         specs = [
             _unpack_io(buf, io_off + k * IO_ENTRY.size, k, n_in, scratch)
             for k in range(n_in + n_out)
@@ -188,14 +263,12 @@ class DelegateBlob:
         sections: Dict[str, bytes] = {}
         cursor = sec_end
         for k in range(n_sec):
-            kind, off, size, res = SECTION_ENTRY.unpack_from(buf, sec_off + k * SECTION_ENTRY.size)
+            kind, off, size, crc = SECTION_ENTRY.unpack_from(buf, sec_off + k * SECTION_ENTRY.size)
             name = SECTION_NAMES.get(kind)
             if name is None:
                 _fail("section_kind", f"section {k}: unknown kind {kind}")
             if name in sections:
                 _fail("section_duplicate", f"section {k}: duplicate {name} section")
-            if res:
-                _fail("section_reserved", f"section {k} ({name}): reserved word is {res}, not 0")
             if off % ALIGN:
                 _fail("section_align", f"section {k} ({name}): offset {off} not {ALIGN}-aligned")
             _check_range("section_range", f"section {k} ({name})", off, size, total)
@@ -206,6 +279,7 @@ class DelegateBlob:
                     f"before it (which end at {cursor})",
                 )
             cursor = off + size
+            _check_crc("section_checksum", name, buf[off : off + size], crc)
             sections[name] = buf[off : off + size]
         for required in ("command_stream", "weights"):
             if required not in sections:

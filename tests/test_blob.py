@@ -1,6 +1,7 @@
-"""DelegateBlob v1 against docs/blob-format.md: the doc's tables are the layout blob.py packs,
+"""DelegateBlob v2 against docs/blob-format.md: the doc's tables are the layout blob.py packs,
 every rule of the doc's validation table has a test vector, and the Python reader gives every
-vector the verdict (valid with these fields / which rule) the manifest says.
+vector the verdict (valid with these fields / which rule) the manifest says. A flipped byte in
+any checksummed part of a blob is a load-time error naming that part.
 
 The vectors are runtime/tests/gen_blobs.py's, the same the C++ reader is checked against
 (runtime/tests/test_blob.cpp, via ctest)."""
@@ -12,14 +13,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ethosu_ng.blob import (
     HEADER,
+    HEADER_CRC,
     IO_ENTRY,
     REGION_FAST_SCRATCH,
     SECTION_ENTRY,
+    VERSION,
     BlobFormatError,
     DelegateBlob,
+    crc32,
+    write_checksums,
 )
 from ethosu_ng.tensor_spec import TensorSpec
 
@@ -79,7 +86,7 @@ def test_readers_report_only_doc_rules():
     """Each reader can report exactly the doc's rules (Python: those it can check)."""
     rules = gen_blobs.doc_rules(str(DOC))
     py_src = (REPO / "ethosu_ng" / "blob.py").read_text(encoding="utf-8")
-    py = set(re.findall(r'(?:_fail|_check_range)\(\s*"([a-z_]+)"', py_src))
+    py = set(re.findall(r'(?:_fail|_check_range|_check_crc)\(\s*"([a-z_]+)"', py_src))
     assert py == {r for r, (_, readers) in rules.items() if readers == "both"}
     cpp_src = (REPO / "runtime" / "ethosu_ng" / "blob.cpp").read_text(encoding="utf-8")
     rule_ids = cpp_src.split("const char* blob_rule_id(", 1)[1].split("\n}\n", 1)[0]
@@ -98,7 +105,7 @@ def test_valid_vectors_decode_to_the_manifest_fields(manifest):
 def test_invalid_vectors_break_the_manifest_rule(manifest):
     bads = [(name, raw, tail.split(" ")) for kind, name, raw, _, tail in manifest if kind == "bad"]
     assert len(bads) >= 35
-    for name, raw, (rule, _error, readers) in bads:
+    for name, raw, (rule, _error, readers, *section) in bads:
         if readers == "cpp":  # the base address: the bytes themselves are valid
             DelegateBlob.from_bytes(raw)
             continue
@@ -106,6 +113,7 @@ def test_invalid_vectors_break_the_manifest_rule(manifest):
             DelegateBlob.from_bytes(raw)
         assert e.value.rule == rule, f"{name}: {e.value}"
         assert isinstance(e.value, ValueError) and str(e.value)
+        assert e.value.section == (section[0] if section else None), f"{name}: {e.value}"
 
 
 # ------------------------------------------------------------------ layout
@@ -200,3 +208,90 @@ def test_writer_refuses_what_the_readers_reject(spec, rule):
 def test_writer_needs_scale_and_zero_point_together(scale, zp):
     with pytest.raises(ValueError, match="give both or neither"):
         _with_input(TensorSpec(torch.uint8, (4,), (0,), scale, zp, 1, 0)).to_bytes()
+
+
+# ------------------------------------------------------------------ checksums
+def checksummed_parts(raw: bytes) -> dict:
+    """{part name: [start, end)} of every checksummed part of a valid blob, as the doc lists
+    them: the header's first six bytes (magic, version) are left out, they break their own
+    rules first."""
+    h = HEADER.unpack_from(raw, 0)
+    n_io, io_off, n_sec, sec_off = h[4] + h[5], h[6], h[8], h[9]
+    parts = {
+        "header": (6, HEADER.size),
+        "io_table": (io_off, io_off + n_io * IO_ENTRY.size),
+        "section_table": (sec_off, sec_off + n_sec * SECTION_ENTRY.size),
+    }
+    names = {1: "command_stream", 2: "weights", 3: "tosa"}
+    for k in range(n_sec):
+        kind, off, size, _ = SECTION_ENTRY.unpack_from(raw, sec_off + k * SECTION_ENTRY.size)
+        parts[names[kind]] = (off, off + size)
+    return parts
+
+
+def _flipped(raw: bytes, pos: int, mask: int) -> bytes:
+    b = bytearray(raw)
+    b[pos] ^= mask
+    return bytes(b)
+
+
+def test_crc32_is_zlibs():
+    assert crc32(b"123456789") == 0xCBF43926 and crc32(b"") == 0
+
+
+def test_written_blobs_are_sealed():
+    raw = sample().to_bytes()
+    assert write_checksums(raw) == raw
+    assert struct.unpack_from("<I", raw, HEADER_CRC)[0] == crc32(raw[:HEADER_CRC])
+
+
+@pytest.mark.parametrize(
+    "part", ["header", "io_table", "section_table", "command_stream", "weights", "tosa"]
+)
+def test_a_flipped_byte_is_an_error_naming_its_section(part):
+    raw = sample().to_bytes()
+    start, end = checksummed_parts(raw)[part]
+    for pos in {start, (start + end) // 2, end - 1}:
+        with pytest.raises(BlobFormatError) as e:
+            DelegateBlob.from_bytes(_flipped(raw, pos, 0x10))
+        assert e.value.section == part, (pos, str(e.value))
+        assert e.value.rule.endswith("_checksum")
+        assert re.fullmatch(
+            rf"blob section '{part}': checksum 0x[0-9a-f]{{8}}, expected 0x[0-9a-f]{{8}} .*",
+            str(e.value),
+        ), str(e.value)
+
+
+@st.composite
+def blobs_and_flips(draw):
+    """A blob with random payloads, one of its parts, a byte of that part and a bit mask."""
+    blob = sample(tosa=draw(st.none() | st.binary(min_size=1, max_size=64)))
+    blob.command_stream = draw(st.binary(min_size=1, max_size=200))
+    blob.weights = draw(st.binary(min_size=1, max_size=300))
+    raw = blob.to_bytes()
+    parts = checksummed_parts(raw)
+    part = draw(st.sampled_from(sorted(parts)))
+    start, end = parts[part]
+    pos = draw(st.integers(start, end - 1))
+    mask = draw(st.integers(1, 255))
+    return raw, part, pos, mask
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(blobs_and_flips())
+def test_any_corrupt_byte_is_caught_and_named(case):
+    """Property: whatever byte of whatever part changes, and however, the Python reader rejects
+    the blob at load and names that part."""
+    raw, part, pos, mask = case
+    with pytest.raises(BlobFormatError) as e:
+        DelegateBlob.from_bytes(_flipped(raw, pos, mask))
+    assert e.value.section == part and f"blob section '{part}'" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("version", [1, VERSION + 1])
+def test_another_version_is_an_error_naming_it(version):
+    raw = bytearray(sample().to_bytes())
+    struct.pack_into("<H", raw, 4, version)
+    with pytest.raises(BlobFormatError, match=rf"version {version}, .* version {VERSION}") as e:
+        DelegateBlob.from_bytes(bytes(raw))
+    assert e.value.rule == "version"

@@ -6,21 +6,28 @@ embedded TOSA graph on the reference model (``npu="tosa"``: this file tests that
 model, ``run_pte``'s default, is tests/test_npu_model.py). Checked against the Python references
 (``run_program_on_tosa``, the eager quantized model), with float and integer (uint8/int8) program
 IO, contiguous and channels-last data, a forced CPU break, and hostile programs that must fail
-with a Python exception, not a crash.
+with a Python exception, not a crash: a corrupt byte in any part of a delegate blob is an init
+error naming the part (C++), and a BlobFormatError naming it from ``load_pte`` (Python).
 
 References are computed before ``edge.to_executorch()``: that call mutates the edge program, and
 ``run_program_on_tosa`` on it afterwards is wrong for channels-last inputs.
 """
 
+import struct
+
 import numpy as np
 import pytest
 import torch
 from conftest import calibration_batches
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from models import AttentionBlock, ConvSplitBmm, SmallConv
+from test_blob import checksummed_parts
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, io_quantization
 from ethosu_ng import runtime as ngrt
 from ethosu_ng.adapters import exir
+from ethosu_ng.blob import BlobFormatError, write_checksums
 from ethosu_ng.export import lower, quantize
 from ethosu_ng.numerics.tosa_reference import run_program_on_tosa
 
@@ -260,10 +267,16 @@ def _blob_at(pte: bytes) -> int:
     return off
 
 
-def _patched(pte: bytes, rel: int, data: bytes) -> bytes:
+def _patched(pte: bytes, rel: int, data: bytes, reseal: bool = True) -> bytes:
+    """`data` written at `rel` inside the .pte's one delegate blob; with `reseal`, the blob's
+    checksums rewritten so that the edit, not a checksum, is what the runtime sees."""
     b = bytearray(pte)
-    at = _blob_at(pte) + rel
+    blob = _blob_at(pte)
+    at = blob + rel
     b[at : at + len(data)] = data
+    if reseal:
+        size = struct.unpack_from("<I", pte, blob + 8)[0]
+        b[blob : blob + size] = write_checksums(bytes(b[blob : blob + size]))
     return bytes(b)
 
 
@@ -298,7 +311,7 @@ IO0 = 64  # first IO table entry (input 0)
         # Malformed blobs: rejected by the parser at init (load_method).
         ("magic", 0, b"XUNG", "init", "bad magic"),
         ("elem_size", IO0 + 2, bytes([2]), "init", "input 0: element size 2 does not match int8"),
-        ("version", 4, (2).to_bytes(2, "little"), "init", "unsupported version 2"),
+        ("version", 4, (1).to_bytes(2, "little"), "init", "blob format version 1, this runtime"),
         ("dim_order", IO0 + 44, bytes([1, 1]), "init", "input 0: dim_order is not a permutation"),
         (
             "io_outside_scratch",
@@ -324,6 +337,54 @@ def test_hostile_blob_in_pte(conv, capfd, name, rel, data, stage, message):
     assert ngrt.delegate_invocations() == n0  # rejected before the NPU
     err = capfd.readouterr().err
     assert message in err, err[-2000:]
+
+
+def _blob_parts(pte: bytes) -> dict:
+    blob = _blob_at(pte)
+    size = struct.unpack_from("<I", pte, blob + 8)[0]
+    return checksummed_parts(pte[blob : blob + size])
+
+
+def _corrupt_is_rejected(conv, capfd, part: str, rel: int, mask: int) -> None:
+    """One byte of the blob XOR `mask`: an init error naming `part` from the C++ runtime, a
+    BlobFormatError naming it from the host loader, and the NPU never invoked."""
+    from executorch.runtime import Runtime
+
+    blob = _blob_at(conv.pte)
+    bad = _patched(conv.pte, rel, bytes([conv.pte[blob + rel] ^ mask]), reseal=False)
+    n0 = ngrt.delegate_invocations()
+    capfd.readouterr()
+    with pytest.raises(RuntimeError):
+        Runtime.get().load_program(bad).load_method("forward")
+    err = capfd.readouterr().err
+    assert f"blob section '{part}': checksum 0x" in err, err[-2000:]
+    with pytest.raises(BlobFormatError) as e:
+        ngrt.run_pte(bad, [t.contiguous() for t in conv.feeds[0]], npu="tosa")
+    assert e.value.section == part, str(e.value)
+    assert ngrt.delegate_invocations() == n0
+
+
+@pytest.mark.parametrize(
+    "part", ["header", "io_table", "section_table", "command_stream", "weights", "tosa"]
+)
+def test_corrupt_blob_section_is_a_load_error_naming_it(conv, capfd, part):
+    start, end = _blob_parts(conv.pte)[part]
+    _corrupt_is_rejected(conv, capfd, part, (start + end) // 2, 0x01)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_any_corrupt_blob_byte_is_a_load_error_naming_its_section(conv, capfd, data):
+    """Property over byte positions of every part of a real blob, and bit masks."""
+    parts = _blob_parts(conv.pte)
+    part = data.draw(st.sampled_from(sorted(parts)))
+    start, end = parts[part]
+    rel = data.draw(st.integers(start, end - 1))
+    _corrupt_is_rejected(conv, capfd, part, rel, data.draw(st.integers(1, 255)))
 
 
 def test_callback_failure_is_reported(conv, capfd, monkeypatch):

@@ -1,9 +1,10 @@
-// ethosu_ng delegate blob, format v1: in-place, bounds-checked view.
+// ethosu_ng delegate blob, format v2: in-place, bounds-checked view.
 //
 // The layout is specified in docs/blob-format.md (authoritative) and written by
 // ethosu_ng/blob.py. Blob::parse validates everything the format lists once, at
-// init time; afterwards every accessor reads only ranges parse() has proven to
-// lie inside the buffer, so execute() never re-checks offsets.
+// init time, the CRC-32 of every part included; afterwards every accessor reads
+// only ranges parse() has proven to lie inside the buffer, so execute() never
+// re-checks offsets.
 //
 // Nothing is copied: sections point into the caller's buffer, IO entries are
 // decoded field by field (memcpy loads, so no alignment or aliasing UB) when
@@ -36,13 +37,26 @@ constexpr int kMaxRank = 6;
 // unsigned (not uint32_t): printed with %u, and uint32_t is unsigned long on
 // arm-none-eabi.
 constexpr unsigned kBlobAlign = 16;
-constexpr unsigned kBlobVersion = 1;
+constexpr unsigned kBlobVersion = 2;
 constexpr unsigned kHeaderSize = 64;
 constexpr unsigned kIoEntrySize = 64;
 constexpr unsigned kSectionEntrySize = 16;
 constexpr unsigned kFlagHasTosa = 1u;
 constexpr uint8_t kRegionScratch = 1;
 constexpr unsigned kIoTableOffset = kHeaderSize;
+// Checksum fields: two in the header for the tables, one closing the header
+// (covering bytes [0, kHeaderCrcOffset)), one per section table entry.
+constexpr unsigned kIoTableCrcOffset = 40;
+constexpr unsigned kSectionTableCrcOffset = 44;
+constexpr unsigned kHeaderReservedOffset = 48;
+constexpr unsigned kHeaderCrcOffset = 60;
+constexpr unsigned kSectionCrcOffset = 12;
+
+// The blob's checksum: CRC-32 as zlib.crc32 computes it (IEEE polynomial,
+// reflected, init and final XOR 0xFFFFFFFF). `crc` continues a previous
+// result: crc32(b, n2, crc32(a, n1)) is the CRC of a followed by b. Slice-by-4
+// over 4 KiB of constant tables; no heap, no state.
+uint32_t crc32(const void* data, size_t size, uint32_t crc = 0);
 
 enum SectionKind : uint32_t {
   kSectionCommandStream = 1,
@@ -59,6 +73,7 @@ enum class BlobRule : uint8_t {
   kTruncated,
   kMagic,
   kVersion,
+  kHeaderChecksum,
   kHeaderSizeMismatch, // enumerator names must not shadow the constants
   kIoEntrySizeMismatch,
   kTotalSize,
@@ -67,9 +82,11 @@ enum class BlobRule : uint8_t {
   kHeaderReserved,
   kIoTableOffsetMismatch,
   kIoTableRange,
+  kIoTableChecksum,
   kSectionTableAlign,
   kSectionTableOrder,
   kSectionTableRange,
+  kSectionTableChecksum,
   kDType,
   kRank,
   kElemSize,
@@ -84,10 +101,10 @@ enum class BlobRule : uint8_t {
   kIoReserved,
   kSectionKind,
   kSectionDuplicate,
-  kSectionReserved,
   kSectionAlign,
   kSectionRange,
   kSectionOrder,
+  kSectionChecksum,
   kSectionMissing,
   kTosaFlag,
 };
@@ -138,11 +155,11 @@ class Blob {
  public:
   Blob() = default;
 
-  // Validates `size` bytes at `data` against every rule of blob v1, in the
+  // Validates `size` bytes at `data` against every rule of blob v2, in the
   // doc's order, and returns a view on success. On failure:
   // blob_rule_error() of the first broken rule and one ET_LOG(Error) line
-  // naming the defect; `violated` (if given) receives the rule (kOk on
-  // success).
+  // naming the defect (a checksum: "blob section 'NAME'"); `violated` (if
+  // given) receives the rule (kOk on success).
   static Result<Blob> parse(
       const void* data,
       size_t size,

@@ -9,9 +9,19 @@
 //   tensors, enough memory, driver succeeds" and reaches the NPU driver.
 //
 // The trailer is a stream of option bytes (0 once exhausted): blob base
-// misalignment, runtime/temp allocator sizes, a fast-scratch SRAM area, the
-// driver's result, the argument count, then per argument: EValue kind, dtype,
-// shape perturbation, dim order, shape dynamism and stride padding.
+// misalignment and checksum handling, runtime/temp allocator sizes, a
+// fast-scratch SRAM area, the driver's result, the argument count, then per
+// argument: EValue kind, dtype, shape perturbation, dim order, shape dynamism
+// and stride padding.
+//
+// Checksums: a mutated byte almost always breaks a CRC, and the parser checks
+// the CRCs before the rules behind them, so unaided the fuzzer would stop at
+// the checksums. For most inputs the harness therefore rewrites every
+// checksum of its copy of the blob (testblob::seal, hostile layouts
+// tolerated) before parsing; when the first option byte is 0x80..0xEF it
+// leaves them as they are, so the checksum paths are fuzzed too. Fixing up
+// here rather than giving the parser a "skip checksums" switch keeps the
+// parser under test the one the device runs, with no bypass to misuse.
 //
 // Oracles besides ASan/UBSan (everything is heap-allocated at its exact size):
 //   - the fake NPU driver checks the invariants init/execute promise it
@@ -44,6 +54,8 @@
 #include <ethosu_ng/backend.h>
 #include <ethosu_ng/blob.h>
 #include <ethosu_ng/npu_driver.h>
+
+#include "../tests/blob_builder.h"
 
 using executorch::aten::ScalarType;
 using executorch::aten::Tensor;
@@ -434,8 +446,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const uint8_t g = r.u8();
   const size_t misalign = (g >> 4) == 0xF ? (g & 0xF) : 0;
+  const bool keep_checksums = g >= 0x80 && g < 0xF0;
   AlignedBuf blob_mem(blob_size, misalign);
   if (blob_size) std::memcpy(blob_mem.ptr, data, blob_size);
+  if (!keep_checksums) testblob::seal(blob_mem.ptr, blob_size);
 
   // 1. The parser on its own.
   executorch::runtime::Result<ethosu_ng::Blob> parsed = ethosu_ng::Blob::parse(blob_mem.ptr, blob_size);

@@ -1,6 +1,9 @@
-// Test-only C++ writer of blob v1 (mirrors ethosu_ng/blob.py DelegateBlob.
-// to_bytes) plus an exact-size aligned buffer, so AddressSanitizer flags any
-// read past the end of a (truncated) blob.
+// Test-only C++ writer of blob v2 (mirrors ethosu_ng/blob.py DelegateBlob.
+// to_bytes and write_checksums) plus an exact-size aligned buffer, so
+// AddressSanitizer flags any read past the end of a (truncated) blob.
+//
+// Its CRC-32 is a plain byte-table one, written apart from the runtime's
+// slice-by-4 ethosu_ng::crc32, so each checks the other.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +41,76 @@ struct Spec {
   uint32_t scratch = 0; // 0 = just big enough for the IO
   uint32_t fast_scratch = 0;
 };
+
+// CRC-32 as zlib.crc32 (IEEE polynomial, reflected).
+inline uint32_t crc32(const uint8_t* p, size_t n) {
+  static const struct Table {
+    uint32_t t[256];
+    Table() {
+      for (uint32_t i = 0; i < 256; ++i) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; ++k) {
+          c = (c & 1u) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+        }
+        t[i] = c;
+      }
+    }
+  } table;
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) {
+    c = table.t[(c ^ p[i]) & 0xFFu] ^ (c >> 8);
+  }
+  return ~c;
+}
+
+inline uint32_t get32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline uint16_t get16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Rewrites every checksum of the `size` bytes at `b` from the bytes it covers
+// (blob.py write_checksums): payloads, section table, IO table, header. A
+// range outside the buffer keeps its checksum, so hostile layouts are fine.
+inline void seal(uint8_t* b, size_t size) {
+  if (size < 64) {
+    return;
+  }
+  const uint64_t n_io = uint64_t{get16(b + 12)} + get16(b + 14);
+  const uint64_t io_off = get32(b + 16);
+  const uint64_t n_sec = get16(b + 22);
+  const uint64_t sec_off = get32(b + 24);
+  for (uint64_t k = 0; k < n_sec; ++k) {
+    const uint64_t e = sec_off + 16 * k;
+    if (e + 16 > size) {
+      break;
+    }
+    const uint64_t off = get32(b + e + 4);
+    const uint64_t len = get32(b + e + 8);
+    if (off + len <= size) {
+      const uint32_t c = crc32(b + off, static_cast<size_t>(len));
+      std::memcpy(b + e + 12, &c, 4);
+    }
+  }
+  if (sec_off + 16 * n_sec <= size) {
+    const uint32_t c = crc32(b + sec_off, static_cast<size_t>(16 * n_sec));
+    std::memcpy(b + 44, &c, 4);
+  }
+  if (io_off + 64 * n_io <= size) {
+    const uint32_t c = crc32(b + io_off, static_cast<size_t>(64 * n_io));
+    std::memcpy(b + 40, &c, 4);
+  }
+  const uint32_t c = crc32(b, 60);
+  std::memcpy(b + 60, &c, 4);
+}
+inline void seal(std::vector<uint8_t>& b) {
+  seal(b.data(), b.size());
+}
 
 inline uint32_t pad16(uint32_t n) {
   return (n + 15u) & ~15u;
@@ -85,7 +158,7 @@ inline std::vector<uint8_t> build(const Spec& s) {
   }
   std::vector<uint8_t> b(total, 0);
   std::memcpy(&b[0], "EUNG", 4);
-  put16(b, 4, 1);
+  put16(b, 4, 2);
   put16(b, 6, 64);
   put32(b, 8, total);
   put16(b, 12, static_cast<uint16_t>(s.inputs.size()));
@@ -127,6 +200,7 @@ inline std::vector<uint8_t> build(const Spec& s) {
     }
     cursor += pad16(static_cast<uint32_t>(payload[j]->size()));
   }
+  seal(b);
   return b;
 }
 
@@ -136,8 +210,7 @@ class Buffer {
   Buffer(const uint8_t* data, size_t size, size_t misalign = 0)
       : raw_(static_cast<uint8_t*>(::operator new[](size + misalign, std::align_val_t(16)))),
         ptr_(raw_ + misalign),
-        size_(size),
-        misalign_(misalign) {
+        size_(size) {
     if (size) {
       std::memcpy(ptr_, data, size);
     }
@@ -160,7 +233,6 @@ class Buffer {
   uint8_t* raw_;
   uint8_t* ptr_;
   size_t size_;
-  size_t misalign_;
 };
 
 } // namespace testblob

@@ -1,4 +1,4 @@
-"""The blob test vectors both readers are checked against (docs/blob-format.md, format v1).
+"""The blob test vectors both readers are checked against (docs/blob-format.md, format v2).
 
 Usage: gen_blobs.py OUT_DIR. Writes, with the Python writer (ethosu_ng/blob.py), valid blobs and
 invalid blobs (each breaks one rule of the doc's validation table) and OUT_DIR/manifest.txt, one
@@ -8,13 +8,18 @@ line per vector or constant (space-separated):
     const section KIND NAME               a section kind of blob.py (SECTION_NAMES)
     const NAME VALUE                      max_rank, region_scratch, header_size, ...
     ok FILE MISALIGN DESCRIPTION...       valid; both readers decode exactly DESCRIPTION
-    bad FILE MISALIGN RULE ERROR READERS  invalid: RULE (the doc's id) is the first rule broken;
+    bad FILE MISALIGN RULE ERROR READERS [SECTION]
+                                          invalid: RULE (the doc's id) is the first rule broken;
                                           the C++ reader returns Error::ERROR; READERS is
                                           "both" or "cpp" (a rule Python cannot check, such
-                                          as the base address: Python must accept the bytes)
+                                          as the base address: Python must accept the bytes);
+                                          SECTION, for a checksum rule: the part both readers
+                                          name ("blob section 'SECTION'")
 
 MISALIGN: bytes the C++ test adds to a 16-aligned base before parsing. DESCRIPTION is
-``describe()``: every decoded field, section sizes and FNV-1a hashes. CMake runs this for the
+``describe()``: every decoded field, section sizes and FNV-1a hashes. Each invalid blob but the
+checksum vectors has its checksums rewritten after the patch (``write_checksums``), so it breaks
+the rule it aims at and no checksum. CMake runs this for the
 C++ test (runtime/tests/test_blob.cpp); tests/test_blob.py imports it and runs it for the Python
 reader, so both read one set of vectors. Generating asserts that the Python reader gives every
 verdict written here, and that every rule of the doc has a vector.
@@ -37,6 +42,9 @@ from ethosu_ng.blob import (  # noqa: E402
     DTYPE_CODES,
     FLAG_HAS_TOSA,
     HEADER,
+    HEADER_CRC,
+    HEADER_IO_TABLE_CRC,
+    HEADER_SECTION_TABLE_CRC,
     IO_ENTRY,
     MAX_RANK,
     REGION_SCRATCH,
@@ -45,6 +53,8 @@ from ethosu_ng.blob import (  # noqa: E402
     VERSION,
     BlobFormatError,
     DelegateBlob,
+    crc32,
+    write_checksums,
 )
 from ethosu_ng.tensor_spec import TensorSpec  # noqa: E402
 
@@ -160,10 +170,30 @@ class _Raw:
         return SECTION_ENTRY.unpack_from(self.raw, self.sec(k))
 
     def patch(self, *edits) -> bytes:
-        """edits: (offset, struct format, value...) tuples."""
+        """edits: (offset, struct format, value...) tuples; the checksums are rewritten after
+        them, so the result breaks a structural rule, not a checksum."""
+        return write_checksums(self.patch_raw(*edits))
+
+    def patch_raw(self, *edits) -> bytes:
+        """The edits alone: every checksum stays as the valid blob had it."""
         b = bytearray(self.raw)
         for off, fmt, *vals in edits:
             struct.pack_into("<" + fmt, b, off, *vals)
+        return bytes(b)
+
+    def flip(self, off: int, mask: int = 0x01) -> bytes:
+        """One byte XOR `mask`, checksums untouched: what a corrupted copy looks like."""
+        return self.patch_raw((off, "B", self.raw[off] ^ mask))
+
+    def stored_crc_wrong(self, off: int) -> bytes:
+        """A checksum field flipped, the checksums covering it rewritten (the section table's,
+        then the header's): only the checksum at `off` disagrees with its bytes."""
+        b = bytearray(self.flip(off, 0x80))
+        if off >= self.sec_off:  # a section's CRC: the table's CRC covers it
+            table = b[self.sec_off : self.sec(self.n_sec)]
+            struct.pack_into("<I", b, HEADER_SECTION_TABLE_CRC, crc32(bytes(table)))
+        if off != HEADER_CRC:
+            struct.pack_into("<I", b, HEADER_CRC, crc32(bytes(b[:HEADER_CRC])))
         return bytes(b)
 
 
@@ -177,14 +207,23 @@ def invalid_vectors(goods: Dict[str, DelegateBlob]) -> List[Tuple[str, str, byte
     nan, inf, neg, neg0 = 0x7FC00000, 0x7F800000, 0xBF800000, 0x80000000
     io_end = c.io(c.n_in + c.n_out)
     sec_end = c.sec(c.n_sec)
+    payload = {  # conv's sections: (offset, size)
+        name: c.sec_fields(k)[1:3] for k, name in enumerate(("command_stream", "weights", "tosa"))
+    }
+    # Checksum vectors are named after the part they corrupt: the section both readers name.
     v = [
         ("base_align", "misaligned_8", c.raw, 8),
         ("base_align", "misaligned_1", c.raw, 1),
         ("truncated", "header_40", c.raw[:40], 0),
         ("truncated", "empty", b"", 0),
         ("magic", "eunh", c.patch((0, "4s", b"EUNH")), 0),
-        ("version", "v2", c.patch((4, "H", 2)), 0),
+        ("version", "v1", c.patch((4, "H", 1)), 0),
+        ("version", "v3", c.patch((4, "H", 3)), 0),
         ("version", "v0", c.patch((4, "H", 0)), 0),
+        # Checked before any other header field: a corrupt size reads as corruption.
+        ("header_checksum", "header__total_size_bit", c.flip(9), 0),
+        ("header_checksum", "header__reserved_byte", c.flip(52), 0),
+        ("header_checksum", "header__stored", c.stored_crc_wrong(HEADER_CRC), 0),
         ("header_size", "48", c.patch((6, "H", 48)), 0),
         ("io_entry_size", "32", c.patch((20, "H", 32)), 0),
         ("total_size", "buffer_short", c.raw[:-16], 0),
@@ -196,14 +235,26 @@ def invalid_vectors(goods: Dict[str, DelegateBlob]) -> List[Tuple[str, str, byte
             0,
         ),
         ("flags", "bit_1", c.patch((36, "I", c.flags | 2)), 0),
-        ("header_reserved", "last_byte", c.patch((63, "B", 1)), 0),
+        ("header_reserved", "last_byte", c.patch((HEADER_CRC - 1, "B", 1)), 0),
         ("io_table_offset", "128", c.patch((16, "I", 128)), 0),
         ("io_table_offset", "72", c.patch((16, "I", 72)), 0),
         ("io_table_range", "n_in_4000", c.patch((12, "H", c.n_in + 4000)), 0),
+        # Checked before the entries' rules: a flipped dtype reads as corruption.
+        ("io_table_checksum", "io_table__input_0_dtype", c.flip(i0, 0x08), 0),
+        ("io_table_checksum", "io_table__output_0_scale", c.flip(o0 + 16), 0),
+        ("io_table_checksum", "io_table__stored", c.stored_crc_wrong(HEADER_IO_TABLE_CRC), 0),
         ("section_table_align", "plus_8", c.patch((24, "I", c.sec_off + 8)), 0),
         ("section_table_order", "in_io_table", c.patch((24, "I", io_end - 16)), 0),
         ("section_table_range", "n_sec_500", c.patch((22, "H", 500)), 0),
         ("section_table_range", "past_end", c.patch((24, "I", 0x7FFFFFF0)), 0),
+        ("section_table_checksum", "section_table__weights_size", c.flip(c.sec(1) + 8), 0),
+        ("section_table_checksum", "section_table__kind", c.flip(c.sec(2), 0x04), 0),
+        (
+            "section_table_checksum",
+            "section_table__stored",
+            c.stored_crc_wrong(HEADER_SECTION_TABLE_CRC),
+            0,
+        ),
         ("dtype", "9", c.patch((i0, "B", 9)), 0),
         ("dtype", "output_0", c.patch((o0, "B", 0)), 0),
         ("rank", "7", c.patch((i0 + 1, "B", 7)), 0),
@@ -243,12 +294,24 @@ def invalid_vectors(goods: Dict[str, DelegateBlob]) -> List[Tuple[str, str, byte
         ("section_kind", "7", c.patch((c.sec(0), "I", 7)), 0),
         ("section_kind", "0", c.patch((c.sec(0), "I", 0)), 0),
         ("section_duplicate", "command_stream", c.patch((c.sec(1), "I", s0[0])), 0),
-        ("section_reserved", "1", c.patch((c.sec(0) + 12, "I", 1)), 0),
         ("section_align", "plus_4", c.patch((c.sec(0) + 4, "I", s0[1] + 4)), 0),
         ("section_range", "size", c.patch((c.sec(0) + 8, "I", len(c.raw))), 0),
         ("section_range", "wraps_32", c.patch((c.sec(0) + 4, "2I", 0xFFFFFFF0, 0x20)), 0),
         ("section_order", "in_section_table", c.patch((c.sec(0) + 4, "I", sec_end - 16)), 0),
         ("section_order", "overlaps_previous", c.patch((c.sec(1) + 4, "I", s0[1])), 0),
+        ("section_checksum", "command_stream__first_byte", c.flip(payload["command_stream"][0]), 0),
+        (
+            "section_checksum",
+            "command_stream__last_byte",
+            c.flip(sum(payload["command_stream"]) - 1, 0x80),
+            0,
+        ),
+        ("section_checksum", "weights__byte_17", c.flip(payload["weights"][0] + 17, 0x02), 0),
+        ("section_checksum", "tosa__last_byte", c.flip(sum(payload["tosa"]) - 1), 0),
+        ("section_checksum", "weights__stored", c.stored_crc_wrong(c.sec(1) + 12), 0),
+        ("section_checksum", "tosa__stored", c.stored_crc_wrong(c.sec(2) + 12), 0),
+        # An empty section's CRC is 0: any other value is corruption.
+        ("section_checksum", "weights__empty_stored", m.stored_crc_wrong(m.sec(1) + 12), 0),
         ("section_missing", "weights", m.patch((22, "H", 1)), 0),
         ("section_missing", "command_stream", m.patch((m.sec(0), "I", 3), (36, "I", 1)), 0),
         ("tosa_flag", "cleared", c.patch((36, "I", c.flags & ~FLAG_HAS_TOSA)), 0),
@@ -272,17 +335,23 @@ def constants() -> List[str]:
         "io_entry_size": IO_ENTRY.size,
         "section_entry_size": SECTION_ENTRY.size,
         "flag_has_tosa": FLAG_HAS_TOSA,
+        "header_crc_offset": HEADER_CRC,
+        "io_table_crc_offset": HEADER_IO_TABLE_CRC,
+        "section_table_crc_offset": HEADER_SECTION_TABLE_CRC,
+        # The CRC-32 check value (of b"123456789"): the C++ checksum is zlib's.
+        "crc32_check": crc32(b"123456789"),
     }
     lines += [f"const {k} {v}" for k, v in scalars.items()]
     return lines
 
 
 def python_verdict(raw: bytes) -> str:
-    """The Python reader's verdict: "ok DESCRIPTION" or "bad RULE"."""
+    """The Python reader's verdict: "ok DESCRIPTION", "bad RULE", or for a checksum rule
+    "bad RULE SECTION" (the part the error names)."""
     try:
         return "ok " + describe(DelegateBlob.from_bytes(raw))
     except BlobFormatError as e:
-        return f"bad {e.rule}"
+        return f"bad {e.rule}" + (f" {e.section}" if e.section else "")
 
 
 def main(out_dir: str, doc: str = DOC) -> None:
@@ -307,12 +376,16 @@ def main(out_dir: str, doc: str = DOC) -> None:
             raise AssertionError(f"vector for {rule!r}, which {doc} does not list")
         error, readers = rules[rule]
         got = python_verdict(raw)
+        want = f"bad {rule}"
+        if rule.endswith("_checksum"):
+            want += " " + name.split("__")[0]
         # A rule only C++ can check (the base address) leaves the bytes valid for Python.
-        agrees = got.startswith("ok ") if readers == "cpp" else got == f"bad {rule}"
-        assert agrees, f"vector {rule}/{name}: the Python reader says {got!r}"
+        agrees = got.startswith("ok ") if readers == "cpp" else got == want
+        assert agrees, f"vector {rule}/{name}: the Python reader says {got!r}, not {want!r}"
         fname = f"bad_{rule}__{name}.blob"
         write(fname, raw)
-        lines.append(f"bad {fname} {misalign} {rule} {error} {readers}")
+        section = want.split(" ")[2:]
+        lines.append(" ".join(["bad", fname, str(misalign), rule, error, readers, *section]))
         covered.add(rule)
     missing = [r for r in rules if r not in covered]
     if missing:

@@ -1,6 +1,9 @@
-// Blob v1 parser: accepts good blobs (ours and the Python writer's), rejects
-// every listed defect with an Error, and never reads outside the buffer
-// (run under ASan: buffers are exact-size, so a stray read is reported).
+// Blob v2 parser: accepts good blobs (ours and the Python writer's), rejects
+// every listed defect with an Error, a flipped byte in any checksummed part as
+// that part's checksum rule with an ET_LOG naming it, and never reads outside
+// the buffer (run under ASan: buffers are exact-size, so a stray read is
+// reported). Structural defects are resealed (testblob::seal) so they break
+// the rule they aim at, not a checksum.
 //
 // test_blob DIR: also the shared test vectors DIR/manifest.txt written by
 // runtime/tests/gen_blobs.py (the verdict, rule and Error of each, and blob.h's
@@ -15,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <executorch/runtime/platform/platform.h>
 #include <executorch/runtime/platform/runtime.h>
 
 #include <ethosu_ng/blob.h>
@@ -31,10 +35,62 @@ using testblob::Spec;
 
 namespace {
 
+// The last ET_LOG line, to check what a rejection names; every line still
+// goes to stderr unless quiet (--serve).
+std::string g_last_log;
+bool g_quiet_log = false;
+void capture_log(
+    et_timestamp_t,
+    et_pal_log_level_t,
+    const char*,
+    const char*,
+    size_t,
+    const char* message,
+    size_t length) {
+  g_last_log.assign(message, length);
+  if (!g_quiet_log) {
+    std::fprintf(stderr, "%s\n", g_last_log.c_str());
+  }
+}
+
+// "NAME" of the last "blob section 'NAME'" log line, "" if there is none.
+std::string logged_section() {
+  const std::string key = "blob section '";
+  const size_t at = g_last_log.find(key);
+  if (at == std::string::npos) {
+    return "";
+  }
+  const size_t end = g_last_log.find('\'', at + key.size());
+  return end == std::string::npos ? "" : g_last_log.substr(at + key.size(), end - at - key.size());
+}
+
 Error parse_err(const std::vector<uint8_t>& bytes, size_t misalign = 0) {
   Buffer buf(bytes, misalign);
   auto r = Blob::parse(buf.data(), buf.size());
   return r.ok() ? Error::Ok : r.error();
+}
+
+ethosu_ng::BlobRule rule_of(const std::vector<uint8_t>& bytes) {
+  Buffer buf(bytes);
+  ethosu_ng::BlobRule rule = ethosu_ng::BlobRule::kOk;
+  (void)Blob::parse(buf.data(), buf.size(), &rule);
+  return rule;
+}
+
+bool is_checksum_rule(ethosu_ng::BlobRule r) {
+  return r == ethosu_ng::BlobRule::kHeaderChecksum ||
+      r == ethosu_ng::BlobRule::kIoTableChecksum ||
+      r == ethosu_ng::BlobRule::kSectionTableChecksum ||
+      r == ethosu_ng::BlobRule::kSectionChecksum;
+}
+
+// A structural edit with its checksums rewritten: only the edit is wrong,
+// and it is what the parser reports.
+Error parse_sealed(std::vector<uint8_t> bytes) {
+  testblob::seal(bytes);
+  const ethosu_ng::BlobRule rule = rule_of(bytes);
+  CHECK_MSG(!is_checksum_rule(rule), "sealed edit broke %s", ethosu_ng::blob_rule_id(rule));
+  return parse_err(bytes);
 }
 
 Spec conv_spec(bool tosa) {
@@ -156,59 +212,60 @@ void test_header_defects() {
   {
     auto b = good;
     b[0] = 'X';
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
-  for (uint16_t v : {0, 2, 0xFFFF}) {
+  for (uint16_t v : {0, 1, 3, 0xFFFF}) {
     auto b = good;
     wr16(b, 4, v);
     CHECK(parse_err(b) == Error::DelegateInvalidCompatibility);
+    CHECK(g_last_log.find("blob format version " + std::to_string(v)) != std::string::npos);
   }
   {
     auto b = good;
     wr16(b, 6, 32);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good;
     wr16(b, 20, 48);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good;
     wr32(b, 8, rd32(b, 8) - 16);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   // Table offsets: misaligned, outside, and counts that overrun.
   {
     auto b = good;
     wr32(b, 16, 72);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good;
     wr32(b, 16, 0xFFFFFFF0u);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good;
     wr16(b, 12, 0xFFFF);
     wr16(b, 14, 0xFFFF);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good;
     wr32(b, 24, rd32(b, 24) + 4);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good;
     wr32(b, 24, static_cast<uint32_t>(b.size()));
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good;
     wr16(b, 22, 0xFFFF);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
 }
 
@@ -218,57 +275,57 @@ void test_section_defects() {
   {
     auto b = good; // misaligned section offset
     wr32(b, sec + 4, rd32(b, sec + 4) + 1);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good; // payload past the end
     wr32(b, sec + 8, static_cast<uint32_t>(b.size()));
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good; // offset + size wraps in 32 bits
     wr32(b, sec + 8, 0xFFFFFFFFu);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good;
     wr32(b, sec + 4, 0xFFFFFFF0u);
     wr32(b, sec + 8, 0x20);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   for (uint32_t kind : {0u, 4u, 0xFFFFFFFFu}) {
     auto b = good;
     wr32(b, sec, kind);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good; // duplicate command stream
     wr32(b, sec + 16, 1);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good; // drop the TOSA section but keep the flag
     wr16(b, 22, 2);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good; // TOSA present, flag cleared
     wr32(b, 36, 0);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     // Only the TOSA section (command stream and weights missing).
     auto b = good;
     std::memcpy(&b[sec], &b[sec + 32], 16);
     wr16(b, 22, 1);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     // Weights missing: two sections, cmd + tosa.
     auto b = good;
     std::memcpy(&b[sec + 16], &b[sec + 32], 16);
     wr16(b, 22, 2);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
 }
 
@@ -279,32 +336,32 @@ void test_io_defects() {
   for (uint8_t dt : {0, 6, 255}) {
     auto b = good;
     b[io] = dt;
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good;
     b[io + 1] = 7; // rank
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good;
     b[io + 2] = 2; // elem size for int8
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good;
     wr32(b, io + 8, 191); // byte size
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good;
     b[io + 44] = 1; // dim order (1,1,2,3)
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good;
     b[io + 44 + 3] = 4; // dim order value >= rank
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     // numel wraps to 0 in 32 bits (65536 x 65536): must not pass as 0 bytes.
@@ -314,30 +371,30 @@ void test_io_defects() {
     wr32(b, io + 28, 1);
     wr32(b, io + 32, 1);
     wr32(b, io + 8, 0);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good; // outside scratch
     wr32(b, io + 4, s.scratch - 191);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     auto b = good; // offset + size wraps
     wr32(b, io + 4, 0xFFFFFFF0u);
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     // IO outside region 1 is a format error (the runtime has no other IO
     // buffer), whatever its offset.
     auto b = good;
     b[io + 3] = 2;
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
   {
     // Output entry (second entry) defects are caught too.
     auto b = good;
     b[io + 64] = 9;
-    CHECK(parse_err(b) == Error::InvalidProgram);
+    CHECK(parse_sealed(b) == Error::InvalidProgram);
   }
 }
 
@@ -357,6 +414,9 @@ void test_fuzz() {
       // Bias towards header and tables where the structure lives.
       const size_t pos = rnd() % (rnd() % 2 ? 256 : b.size());
       b[pos % b.size()] = static_cast<uint8_t>(rnd());
+    }
+    if (it % 2 == 0) {
+      testblob::seal(b); // past the checksums, into the structural rules
     }
     Buffer buf(b);
     auto r = Blob::parse(buf.data(), buf.size());
@@ -379,6 +439,90 @@ void test_fuzz() {
     }
   }
   std::printf("fuzz: %d of 5000 corrupted blobs still valid\n", accepted);
+}
+
+// ethosu_ng::crc32 is zlib's CRC-32: the check value, chaining, and the
+// builder's byte-table CRC at every alignment and length.
+void test_crc32() {
+  const char* check = "123456789";
+  CHECK(ethosu_ng::crc32(check, 9) == 0xCBF43926u);
+  CHECK(ethosu_ng::crc32(check, 0) == 0);
+  CHECK(ethosu_ng::crc32(check + 4, 5, ethosu_ng::crc32(check, 4)) == 0xCBF43926u);
+  std::vector<uint8_t> data(96);
+  uint32_t state = 7;
+  for (uint8_t& x : data) {
+    state = state * 1664525u + 1013904223u;
+    x = static_cast<uint8_t>(state >> 24);
+  }
+  for (size_t start = 0; start < 8; ++start) {
+    for (size_t n = 0; start + n <= data.size(); ++n) {
+      CHECK_MSG(
+          ethosu_ng::crc32(data.data() + start, n) == testblob::crc32(data.data() + start, n),
+          "crc32 at +%zu, %zu bytes",
+          start,
+          n);
+    }
+  }
+}
+
+// A flipped bit at every byte of a blob: the checksum rule of the part the
+// byte lies in, with the part named in the log (magic and version bytes break
+// their own rules first; padding is not covered and stays accepted).
+void test_every_flipped_byte() {
+  using ethosu_ng::BlobRule;
+  for (bool tosa : {false, true}) {
+    const std::vector<uint8_t> good = testblob::build(conv_spec(tosa));
+    const size_t n_io = 2;
+    const size_t sec = rd32(good, 24);
+    const size_t n_sec = tosa ? 3 : 2;
+    int checked = 0;
+    for (size_t pos = 0; pos < good.size(); ++pos) {
+      BlobRule want = BlobRule::kOk;
+      std::string part;
+      if (pos < 4) {
+        want = BlobRule::kMagic;
+      } else if (pos < 6) {
+        want = BlobRule::kVersion;
+      } else if (pos < 64) {
+        want = BlobRule::kHeaderChecksum;
+        part = "header";
+      } else if (pos < 64 + 64 * n_io) {
+        want = BlobRule::kIoTableChecksum;
+        part = "io_table";
+      } else if (pos >= sec && pos < sec + 16 * n_sec) {
+        want = BlobRule::kSectionTableChecksum;
+        part = "section_table";
+      } else {
+        for (size_t k = 0; k < n_sec; ++k) {
+          const size_t off = rd32(good, sec + 16 * k + 4);
+          if (pos >= off && pos < off + rd32(good, sec + 16 * k + 8)) {
+            want = BlobRule::kSectionChecksum;
+            part = k == 0 ? "command_stream" : k == 1 ? "weights" : "tosa";
+          }
+        }
+      }
+      auto b = good;
+      b[pos] ^= static_cast<uint8_t>(1u << (pos % 8));
+      g_last_log.clear();
+      const BlobRule got = rule_of(b);
+      CHECK_MSG(
+          got == want,
+          "byte %zu flipped: rule %s, expected %s",
+          pos,
+          ethosu_ng::blob_rule_id(got),
+          ethosu_ng::blob_rule_id(want));
+      if (!part.empty()) {
+        ++checked;
+        CHECK_MSG(
+            logged_section() == part && parse_err(b) == Error::InvalidProgram,
+            "byte %zu flipped: log \"%s\", expected section '%s'",
+            pos,
+            g_last_log.c_str(),
+            part.c_str());
+      }
+    }
+    CHECK(checked > 200);
+  }
 }
 
 const char* error_name(Error e) {
@@ -457,8 +601,10 @@ std::string describe(const Blob& b) {
 
 // "ok DESCRIPTION" or "bad RULE ERROR": what the C++ reader makes of `bytes`
 // at a 16-aligned base + `misalign` (exact-size buffer, so ASan sees overruns).
+// A checksum rule adds the part the log line names: "bad RULE ERROR SECTION".
 std::string verdict(const std::vector<uint8_t>& bytes, size_t misalign) {
   Buffer buf(bytes, misalign);
+  g_last_log.clear();
   ethosu_ng::BlobRule rule = ethosu_ng::BlobRule::kOk;
   auto r = Blob::parse(buf.data(), buf.size(), &rule);
   if (r.ok() != (rule == ethosu_ng::BlobRule::kOk)) {
@@ -470,8 +616,12 @@ std::string verdict(const std::vector<uint8_t>& bytes, size_t misalign) {
   if (r.error() != ethosu_ng::blob_rule_error(rule)) {
     return "inconsistent: error is not blob_rule_error(rule)";
   }
-  return std::string("bad ") + ethosu_ng::blob_rule_id(rule) + " " +
+  std::string out = std::string("bad ") + ethosu_ng::blob_rule_id(rule) + " " +
       error_name(r.error());
+  if (is_checksum_rule(rule)) {
+    out += " " + logged_section();
+  }
+  return out;
 }
 
 std::vector<uint8_t> read_file(const std::string& path) {
@@ -548,6 +698,10 @@ void test_vectors(const std::string& dir) {
             : name == "io_entry_size"        ? ethosu_ng::kIoEntrySize
             : name == "section_entry_size"   ? ethosu_ng::kSectionEntrySize
             : name == "flag_has_tosa"        ? ethosu_ng::kFlagHasTosa
+            : name == "header_crc_offset"    ? ethosu_ng::kHeaderCrcOffset
+            : name == "io_table_crc_offset"  ? ethosu_ng::kIoTableCrcOffset
+            : name == "section_table_crc_offset" ? ethosu_ng::kSectionTableCrcOffset
+            : name == "crc32_check" ? static_cast<long>(ethosu_ng::crc32("123456789", 9))
                                              : -1;
         check_const(name, want, have);
       }
@@ -562,9 +716,9 @@ void test_vectors(const std::string& dir) {
         ++n_ok;
       } else {
         std::istringstream ws(want);
-        std::string rule, error, readers;
-        ws >> rule >> error >> readers;
-        want = "bad " + rule + " " + error;
+        std::string rule, error, readers, section;
+        ws >> rule >> error >> readers >> section;
+        want = "bad " + rule + " " + error + (section.empty() ? "" : " " + section);
         ++n_bad;
       }
       const std::string got = verdict(read_file(dir + "/" + name), misalign);
@@ -611,9 +765,13 @@ int serve() {
 
 int main(int argc, char** argv) {
   executorch::runtime::runtime_init();
+  executorch::runtime::register_pal(executorch::runtime::PalImpl::create(capture_log, __FILE__));
   if (argc > 1 && std::string(argv[1]) == "--serve") {
+    g_quiet_log = true;
     return serve();
   }
+  test_crc32();
+  test_every_flipped_byte();
   test_good();
   test_header_defects();
   test_section_defects();

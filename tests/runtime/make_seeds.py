@@ -1,16 +1,24 @@
 """Write the fuzzer's seed corpus (tests/runtime/corpus/seeds/): real delegate blobs.
 
 Usage: python tests/runtime/make_seeds.py [OUT_DIR]
+       python tests/runtime/make_seeds.py --crashers [DIR]
 
 Each seed is the ``processed_bytes`` of one EthosUNGBackend delegate from a real compile
 (``ethosu_ng.export.quantize`` + ``lower`` through Vela), plus the synthetic "good" blobs of
 runtime/tests/gen_blobs.py (every dtype, rank 0 and 6, fast scratch, no IO). A bare blob is a
 complete fuzz input (runtime/fuzz/fuzz_delegate.cpp): matching tensors, reaching the NPU driver.
 A few seeds append an option trailer (channels-last / padded / dynamic IO tensors).
-Deterministic up to Vela's output; rerun only to refresh the corpus.
+Deterministic up to Vela's output; rerun only to refresh the corpus (after a blob format change,
+for one).
+
+``--crashers`` brings the regression inputs of tests/runtime/corpus/crashers/ to the current
+format version in place: each input's blob part gets the current version number and its
+checksums rewritten (``write_checksums``, hostile layouts tolerated), its trailer is kept. They
+then reach the code they once crashed rather than the version check.
 """
 
 import os
+import struct
 import sys
 
 import torch
@@ -23,6 +31,7 @@ sys.path.insert(0, os.path.join(REPO, "runtime", "tests"))
 from models import SmallConv  # noqa: E402
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec  # noqa: E402
+from ethosu_ng.blob import HEADER, VERSION, write_checksums  # noqa: E402
 from ethosu_ng.export import lower, quantize  # noqa: E402
 
 CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
@@ -117,9 +126,34 @@ def main(out_dir):
         print(f"{os.path.getsize(os.path.join(out_dir, name)):7d}  {name}")
 
 
+def blob_size(data: bytes) -> int:
+    """Where runtime/fuzz/fuzz_delegate.cpp splits an input into blob and trailer."""
+    if len(data) >= 12:
+        total = struct.unpack_from("<I", data, 8)[0]
+        if HEADER.size <= total <= len(data):
+            return total
+    return len(data)
+
+
+def refresh_crashers(crash_dir: str) -> None:
+    for name in sorted(os.listdir(crash_dir)):
+        path = os.path.join(crash_dir, name)
+        if not name.startswith("crash-"):
+            continue
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
+        n = blob_size(bytes(data))
+        if n >= HEADER.size and data[:4] == b"EUNG":
+            struct.pack_into("<H", data, 4, VERSION)
+            data[:n] = write_checksums(bytes(data[:n]))
+        with open(path, "wb") as f:
+            f.write(bytes(data))
+        print(f"{len(data):7d}  {name}")
+
+
 if __name__ == "__main__":
-    main(
-        sys.argv[1]
-        if len(sys.argv) > 1
-        else os.path.join(REPO, "tests", "runtime", "corpus", "seeds")
-    )
+    corpus = os.path.join(REPO, "tests", "runtime", "corpus")
+    if len(sys.argv) > 1 and sys.argv[1] == "--crashers":
+        refresh_crashers(sys.argv[2] if len(sys.argv) > 2 else os.path.join(corpus, "crashers"))
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(corpus, "seeds"))
