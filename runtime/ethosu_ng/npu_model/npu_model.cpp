@@ -1048,6 +1048,26 @@ Error Model::op_conv(bool depthwise) {
 }
 
 // ------------------------------------------------------------ pooling
+struct Reciprocal {
+  uint32_t multiplier;
+  int shift;
+};
+
+// TOSA reciprocal_scale: 1/n as a multiplier in [2^30, 2^31) and a shift.
+Reciprocal reciprocal_scale(uint32_t n) {
+  int k = 0; // 2^(k-1) < n <= 2^k
+  while ((uint64_t{1} << k) < n) {
+    ++k;
+  }
+  const uint64_t numerator = ((uint64_t{1} << 30) + 1) << k;
+  return {static_cast<uint32_t>(numerator / n), 30 + k};
+}
+
+// scale_round(x, scale, shift, NATURAL) == x for every x.
+bool is_unit_scale(uint32_t scale, int shift) {
+  return shift < 32 && scale == (uint32_t{1} << shift);
+}
+
 Error Model::op_pool() {
   const uint16_t mode = cmd_param_;
   if (mode > 2) {
@@ -1117,6 +1137,19 @@ Error Model::op_pool() {
     return fail(Error::NotSupported,
                 "average pooling without a global OFM scale (hardware divisor) not modelled");
   }
+  // With padding the hardware divides each sum by the number of kernel
+  // positions inside the IFM (padding excluded: TFLite's and TOSA's average).
+  // Vela computes the scale itself only without padding ("for valid padding
+  // vela has to output scaling values"); regor leaves the identity scale for
+  // padded TOSA AVG_POOL2D. Modelled as TOSA's reciprocal_scale with single
+  // rounding; a non-identity scale or another rounding on top is unverified.
+  const bool divide_by_count = mode == 1 && padded;
+  if (divide_by_count && (ofm_round_ != kRoundNatural || !is_unit_scale(scale, shift))) {
+    return fail(Error::NotSupported,
+                "padded average pooling with OFM_SCALE 0x%08x >> %d and rounding %d (only the "
+                "identity scale with NATURAL rounding is modelled)",
+                scale, shift, ofm_round_);
+  }
   std::vector<int32_t> in;
   e = read_ifm(ifm, upscale, in);
   if (e != Error::Ok) {
@@ -1130,6 +1163,7 @@ Error Model::op_pool() {
       for (int c = 0; c < ofm.c; ++c) {
         int64_t acc = 0;
         bool any = false;
+        uint32_t count = 0; // kernel positions inside the IFM
         for (int ky = 0; ky < kh; ++ky) {
           const int iy = oy * stride_y - pt + ky;
           if (iy < 0 || iy >= ifm.h) {
@@ -1151,7 +1185,17 @@ Error Model::op_pool() {
               }
             }
             any = true;
+            ++count;
           }
+        }
+        if (divide_by_count) {
+          if (count == 0) {
+            return fail(Error::InvalidProgram,
+                        "average pooling: OFM (%d, %d) has no kernel position inside the IFM", oy,
+                        ox);
+          }
+          const Reciprocal r = reciprocal_scale(count);
+          acc = scale_round(acc, r.multiplier, r.shift, kRoundNatural);
         }
         e = write_output(ofm, oy, ox, c, scale_round(acc, scale, shift, ofm_round_));
         if (e != Error::Ok) {
