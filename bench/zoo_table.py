@@ -96,14 +96,15 @@ def compile_one(model_spec: str, target: str) -> dict:
     }
 
 
-def npu_model_one(model_spec: str, target: str, seed: int = 0) -> dict:
+def npu_model_one(model_spec: str, target: str, seed: int = 0, verify_npu: bool = True) -> dict:
     """NPU model vs TOSA reference model on every delegate output of one zoo model, and the C++
     weight decoder vs Vela's ``mlw_codec.decode`` on every weight stream its kernels read.
 
     Walks the lowered program in Python (CPU ops in PyTorch); at each delegate the same integer
     inputs go to the embedded TOSA graph and, laid out in scratch as the backend lays them out,
     to Vela's command stream on the NPU model. The program continues on the TOSA outputs, so
-    each delegate is judged on identical inputs.
+    each delegate is judged on identical inputs. ``verify_npu=False`` compiles without the
+    verified compile, to see Vela's streams as Vela emits them.
     """
     import sys
 
@@ -129,7 +130,7 @@ def npu_model_one(model_spec: str, target: str, seed: int = 0) -> dict:
 
     t0 = time.time()
     m = load_model(model_spec)
-    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    spec = EthosUNGCompileSpec(target, embed_tosa=True, verify_npu=verify_npu)
     g = torch.Generator().manual_seed(1)
     calib = [tuple(torch.randn(t.shape, generator=g) for t in m.example_inputs) for _ in range(2)]
     q = quantize(m.model, m.example_inputs, spec, calibration=calib)

@@ -62,7 +62,8 @@ def _compiled(name: str, target: str):
     if key not in _cache:
         torch.manual_seed(0)
         model, example = {**ALL, **SLOW, **DEVIATIONS}[name]()
-        spec = EthosUNGCompileSpec(target, embed_tosa=True)
+        # The deviation cases pin Vela's own stream: the verified compile would not ship it.
+        spec = EthosUNGCompileSpec(target, embed_tosa=True, verify_npu=name not in DEVIATIONS)
         q = quantize(model.eval(), example, spec, calibration=calibration_batches(example))
         edge, _ = lower(q, example, spec)
         gm = edge.exported_program().graph_module
@@ -137,7 +138,7 @@ def test_zoo_check_sees_the_vela_deviation():
     zoo_table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(zoo_table)
     factory = os.path.join(os.path.dirname(__file__), "models.py") + ":conv_split_bmm"
-    r = zoo_table.npu_model_one(factory, "ethos-u55-128")
+    r = zoo_table.npu_model_one(factory, "ethos-u55-128", verify_npu=False)
     lsb = [x for d in r["per_delegate"] for x in d["lsb"]]
     assert max(lsb) > 1 and min(lsb) == 0 and r["differing"] > 0, r["per_delegate"]
     assert r["worst_lsb"] > 1 and r["aliased_ofm_ops"] >= 4

@@ -1,0 +1,206 @@
+"""Verified compile (``EthosUNGCompileSpec.verify_npu``, default on): no command stream that the NPU
+model says is wrong reaches a .pte.
+
+The class: conv -> split -> bmm/matmul over the split halves, the graphs on which Vela 5.1 emits
+a matmul over aliased OFM tiles on U55/U65 (tests/test_npu_model.py pins one shape). Over
+shapes and targets, every shipped program runs bit-exact on the NPU model against TOSA; the
+deviation is moved to the CPU with the reason in the report, and ``strict`` makes it an error.
+A planted wrong stream (one weight byte flipped after Vela) is caught the same way.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from _pte import CrossCheckedMethod
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from ethosu_ng import EthosUNGCompileSpec
+from ethosu_ng.compiler import verify_npu
+from ethosu_ng.export import lower, quantize
+from ethosu_ng.vela import compiler as vela_compiler
+
+SLOW = os.environ.get("ETHOSU_NG_SLOW_PROPERTIES") == "1"
+
+
+class SplitMatmul(nn.Module):
+    """conv -> split along channels -> a matmul of the halves (``a @ a^T``, ``a @ b^T`` or
+    ``a^T @ b``), flattened over H*W."""
+
+    def __init__(self, cin: int, half: int, form: str):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, 2 * half, 3, padding=1)
+        self.half, self.form = half, form
+
+    def forward(self, x):
+        y = self.conv(x)
+        a, b = torch.split(y, self.half, dim=1)
+        n = a.shape[2] * a.shape[3]
+        a, b = a.reshape(1, self.half, n), b.reshape(1, self.half, n)
+        if self.form == "aaT":
+            return torch.bmm(a, a.transpose(1, 2)), b
+        if self.form == "abT":
+            return torch.bmm(a, b.transpose(1, 2))
+        return torch.matmul(a.transpose(1, 2), b)
+
+
+def _lower(model, x, spec, calib):
+    q = quantize(model.eval(), x, spec, calibration=calib)
+    return lower(q, x, spec)
+
+
+def _check_shipped(edge, x, calib, target):
+    pte = edge.to_executorch().buffer
+    method = CrossCheckedMethod(pte, target)
+    for batch in [x, *calib]:
+        method.execute(list(batch))  # asserts TOSA == NPU model, bit for bit
+
+
+@st.composite
+def split_matmuls(draw):
+    return dict(
+        cin=draw(st.integers(1, 4)),
+        half=draw(st.sampled_from([2, 3, 4, 6, 8])),
+        h=draw(st.integers(2, 9)),
+        w=draw(st.integers(2, 9)),
+        form=draw(st.sampled_from(["aaT", "abT", "aTb"])),
+        target=draw(st.sampled_from(["ethos-u55-128", "ethos-u65-256", "ethos-u55-64"])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+@settings(
+    max_examples=24 if SLOW else 5,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
+@given(case=split_matmuls())
+def test_every_shipped_split_matmul_runs_bit_exact_on_the_npu_model(case):
+    torch.manual_seed(case["seed"])
+    model = SplitMatmul(case["cin"], case["half"], case["form"])
+    x = (torch.randn(1, case["cin"], case["h"], case["w"]),)
+    calib = [(torch.randn(x[0].shape) * 2,) for _ in range(2)]
+    spec = EthosUNGCompileSpec(case["target"], embed_tosa=True)
+    edge, part = _lower(model, x, spec, calib)
+    _check_shipped(edge, x, calib, case["target"])
+    for why in part.report.compiler_fallback.values():
+        assert why.startswith(
+            ("verified compile: NPU model differs from TOSA by", "verified compile: invalid")
+        ), why
+
+
+def test_known_deviation_moves_the_matmul_to_the_cpu_with_the_reason():
+    """The pinned shape (tests/models.ConvSplitBmm, U55): the bmm leaves the NPU, the report says
+    why, the conv stays delegated and verified, and the program runs bit-exact on the model."""
+    from models import ConvSplitBmm
+
+    torch.manual_seed(0)
+    x = ConvSplitBmm.example()
+    spec = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True)
+    edge, part = _lower(ConvSplitBmm(), x, spec, [x])
+    moved = part.report.compiler_fallback
+    assert list(moved) == ["aten_bmm_default"], moved
+    assert "NPU model differs from TOSA by" in moved["aten_bmm_default"]
+    assert "at output 1" in moved["aten_bmm_default"]
+    assert part.report.partitions, "the conv must stay on the NPU"
+    _check_shipped(edge, x, [], "ethos-u55-128")
+
+
+def test_strict_makes_the_deviation_an_export_error():
+    from models import ConvSplitBmm
+
+    torch.manual_seed(0)
+    x = ConvSplitBmm.example()
+    spec = EthosUNGCompileSpec("ethos-u55-128", strict=True)
+    with pytest.raises(verify_npu.NpuDeviation, match=r"NPU model differs from TOSA by \d+"):
+        _lower(ConvSplitBmm(), x, spec, [x])
+
+
+def test_a_planted_wrong_stream_is_caught(monkeypatch):
+    """One weight byte flipped after Vela: the verified compile sees the stream compute something
+    else than TOSA and does not ship it (strict: the error names the partition and output)."""
+    real = vela_compiler.compile_tosa
+
+    def flipped(tosa, spec, partition="delegate"):
+        r = real(tosa, spec, partition)
+        w = bytearray(r.weights)
+        w[len(w) // 2] ^= 0x10  # inside the weight stream, after its header
+        r.weights = bytes(w)
+        return r
+
+    monkeypatch.setattr(vela_compiler, "compile_tosa", flipped)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU())
+    x = (torch.randn(1, 3, 8, 8),)
+    spec = EthosUNGCompileSpec("ethos-u55-128", strict=True, vela_workers=1)
+    with pytest.raises(verify_npu.NpuDeviation, match="at output 0") as e:
+        _lower(model, x, spec, [x])
+    assert e.value.partition.startswith("ethosu_ng_")
+    # Without the check the wrong stream ships.
+    off = EthosUNGCompileSpec("ethos-u55-128", verify_npu=False, vela_workers=1)
+    edge, part = _lower(model, x, off, [x])
+    assert part.report.partitions and not part.report.compiler_fallback
+
+
+def test_unwritten_output_memory_is_a_deviation():
+    """Poisoned scratch: an output placed where no command writes reads the poison, not a value
+    that could pass for the answer."""
+    from ethosu_ng import DelegateBlob
+    from ethosu_ng.ops import CALL_DELEGATE
+    from ethosu_ng.tensor_spec import TensorSpec
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.ReLU())
+    x = (torch.randn(1, 3, 4, 4),)
+    spec = EthosUNGCompileSpec("ethos-u55-128", verify_npu=False, embed_tosa=True)
+    edge, _ = _lower(model, x, spec, [x])
+    gm = edge.exported_program().graph_module
+    (blob,) = [
+        DelegateBlob.from_bytes(getattr(gm, n.args[0].target).processed_bytes)
+        for n in gm.graph.nodes
+        if n.op == "call_function" and n.target is CALL_DELEGATE
+    ]
+    vela = vela_compiler.VelaResult(
+        blob.command_stream, blob.weights, blob.scratch_size + 64, 0, [], []
+    )
+    verify_npu.verify("p", blob.tosa, vela, blob.inputs, blob.outputs, spec)  # the real one
+    o = blob.outputs[0]
+    moved = TensorSpec(o.dtype, o.shape, o.dim_order, o.scale, o.zero_point, o.region,
+                       blob.scratch_size)  # fmt: skip
+    with pytest.raises(verify_npu.NpuDeviation, match="at output 0"):
+        verify_npu.verify("p", blob.tosa, vela, blob.inputs, [moved], spec)
+
+
+def test_u85_streams_are_skipped_with_the_reason():
+    v = verify_npu.verify("p", b"", None, [], [], EthosUNGCompileSpec("ethos-u85-128"))
+    assert v.status == "skipped" and "not modelled" in v.reason
+
+
+def test_a_stream_outside_its_region_is_invalid_and_a_model_gap_is_skipped(monkeypatch):
+    """Vela's a^T @ b stream on these shapes writes past the end of scratch (measured: command 189
+    of 2x2 aTb on U55): a fault of the stream, not shipped. A valid stream the model does not
+    implement (NotSupported) ships, with the reason in the verdict."""
+    from ethosu_ng import runtime as rt
+
+    torch.manual_seed(0)
+    model, x = SplitMatmul(1, 2, "aTb"), (torch.randn(1, 1, 2, 2),)
+    strict = EthosUNGCompileSpec("ethos-u55-128", strict=True)
+    with pytest.raises(verify_npu.NpuDeviation, match="invalid command stream.*outside region 1"):
+        _lower(model, x, strict, [x])
+
+    def gap(*a, **k):
+        raise rt.NpuModelError(verify_npu.NOT_SUPPORTED, "command 3 (...): not modelled")
+
+    monkeypatch.setattr(rt, "npu_model_run", gap)
+    edge, part = _lower(model, x, strict, [x])
+    assert not part.report.compiler_fallback
+    verdicts = [
+        getattr(m.meta.get("_delegate_info_meta"), "npu_verification", None)
+        for _, m in edge.exported_program().graph_module.named_children()
+    ]
+    assert verdicts and all(v.status == "skipped" and "not modelled" in v.reason for v in verdicts)
