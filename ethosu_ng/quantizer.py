@@ -1,9 +1,11 @@
 """EthosUNGQuantizer: PT2E quantizer for Ethos-U (symmetric int8 by default).
 
 A thin layer over upstream's EthosUQuantizer (its annotators are right); what we add is the
-program-IO dtype choice, and alias spellings of annotated ops rewritten so they are annotated
-(``annotation_aliases``). uint8 lives only at the program's IO: inside every delegate tensors are
-int8 and the unsigned conversion is a RESCALE at the entry/exit.
+program-IO dtype choice, alias spellings of annotated ops rewritten so they are annotated
+(``annotation_aliases``), and ``avg_pool2d`` with ``divisor_override`` rewritten as a depthwise
+convolution, which rounds once (``passes/avg_pool_divisor_as_conv.py``). uint8 lives only at the
+program's IO: inside every delegate tensors are int8 and the unsigned conversion is a RESCALE at
+the entry/exit.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.annotation_aliases import canonicalize_aliases
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.passes.avg_pool_divisor_as_conv import AvgPoolDivisorAsConvPass
 from ethosu_ng.passes.integer_program_io import IO_META_KEY
 
 _INPUT_DTYPES = (None, torch.int8, torch.uint8)
@@ -64,6 +67,8 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
             self.set_node_finder(upstream.get_uint8_io_quantization_config(), outputs_finder)
 
     def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        # Before upstream's avg_pool2d decomposition, whose pool + multiply rounds twice.
+        model = AvgPoolDivisorAsConvPass()(model)
         model = super().transform_for_annotation(model)
         # Ops upstream annotates under another spelling (clamp_min, expand_as, ...) would stay
         # float between quantized neighbours and split the partition.
