@@ -480,3 +480,38 @@ def _random_graph_case(kinds, target, seed):
 def test_random_graphs_npu_model_bit_exact_to_tosa(kinds, target, seed):
     """The random graphs of test_random_graphs_keep_the_contract.py (no ops pinned to the CPU)."""
     _random_graph_case(kinds, target, seed)
+
+
+# ------------------------------------------------------------------ register field ranges
+# NPU_SET_IFM_PAD_TOP, _LEFT, _RIGHT, _BOTTOM (ethos_u55_regs.cmd0), the largest value each holds.
+_PAD_FIELDS = {0x100: ("top", 127), 0x101: ("left", 127), 0x102: ("right", 255),
+               0x103: ("bottom", 255)}  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(pads=st.tuples(*[st.integers(0, 300) | st.integers(0, 0xFFFF)] * 4))
+def test_ifm_padding_over_the_full_field_range(pads):
+    """IFM_PAD_TOP/LEFT are 7-bit fields and IFM_PAD_BOTTOM/RIGHT 8-bit (ethosu55_interface.h):
+    a real conv stream with its padding registers rewritten runs, or fails for a reason other
+    than the padding fields, exactly when every value fits its field; else the error names the
+    field widths."""
+    _, blobs, _ = _compiled("conv_relu", "ethos-u55-128")
+    blob = blobs[0]
+    start, words = cmd_stream(blob.command_stream)
+    payload = bytearray(blob.command_stream)
+    chosen = dict(zip(sorted(_PAD_FIELDS), pads))
+    seen = set()
+    for _, at, op, is1, _, _ in commands(words):
+        if not is1 and op in _PAD_FIELDS:
+            w = struct.unpack_from("<I", payload, 4 * (start + at))[0]
+            struct.pack_into("<I", payload, 4 * (start + at), (w & 0xFFFF) | chosen[op] << 16)
+            seen.add(op)
+    assert seen == set(_PAD_FIELDS)
+    fits = all(chosen[op] <= _PAD_FIELDS[op][1] for op in _PAD_FIELDS)
+    try:
+        rt.npu_model_run(bytes(payload), blob.weights, bytearray(blob.scratch_size * 4))
+        msg = ""
+    except rt.NpuModelError as e:
+        msg = str(e)
+    assert ("IFM padding (" in msg) == (not fits), (chosen, msg)
+    assert fits or "IFM_PAD_TOP/LEFT are 7-bit fields (0..127), IFM_PAD_BOTTOM/RIGHT 8-bit" in msg
