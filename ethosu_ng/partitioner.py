@@ -35,7 +35,7 @@ from ethosu_ng.adapters import exir
 from ethosu_ng.backend import EthosUNGBackend  # noqa: F401
 from ethosu_ng.compile_spec import BACKEND_ID, EthosUNGCompileSpec
 from ethosu_ng.compiler.compiled_cache import CompiledCache, attach
-from ethosu_ng.compiler.pipeline import compile_partitions
+from ethosu_ng.compiler.pipeline import LoweringError, compile_partitions
 from ethosu_ng.compiler.verify_npu import NpuDeviation
 from ethosu_ng.ops import NO_COMPUTE_OPS, is_compute, op_name, resolve_op_names
 from ethosu_ng.partitioning.boundary import BoundaryContract, PartitionIO, node_order, partition_io
@@ -257,7 +257,12 @@ class EthosUNGPartitioner(Partitioner):
                 for part, error in failures:
                     for c in search.culprits(part, error):
                         kind = " (an op of the same kind)" if c.known == "kind" else ""
-                        if isinstance(c.error, NpuDeviation):
+                        if isinstance(c.error, LoweringError):
+                            why = (
+                                f"{c.error.what} on {op_name(c.node.target)}{kind}: "
+                                f"{c.error.last_words}"
+                            )
+                        elif isinstance(c.error, NpuDeviation):
                             why = (
                                 f"verified compile: {c.error.what} with "
                                 f"{op_name(c.node.target)}{kind} in the partition; moved to CPU: "

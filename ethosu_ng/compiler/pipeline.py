@@ -32,6 +32,7 @@ from ethosu_ng.compiler import verify_npu
 from ethosu_ng.compiler.dropped_output import emit_shared_rank4_outputs_nhwc, may_drop_output
 from ethosu_ng.compiler.io_check import check_io
 from ethosu_ng.compiler.tosa_graph import tosa_io, tosa_ops
+from ethosu_ng.partitioning.boundary import BoundaryContractError
 from ethosu_ng.partitioning.delegate_io import DelegateIOSpec, declared_io
 from ethosu_ng.tosa_optimize import pipeline as tosa_optimize
 from ethosu_ng.vela import compiler as vela_compiler
@@ -82,6 +83,20 @@ def partition_name(program: ExportedProgram) -> str:
     return "delegate"
 
 
+class LoweringError(VelaError):
+    """Our passes, upstream's TOSA lowering or the IO cross-check raised on one partition. A
+    ``VelaError`` so that the partitioner finds the ops responsible and keeps them on the CPU."""
+
+    @classmethod
+    def of(cls, partition: str, target: str, e: BaseException) -> LoweringError:
+        words = " ".join(str(e).split())
+        err = cls(partition, target, f"lowering raised {type(e).__name__}", words[:400])
+        RuntimeError.__init__(
+            err, f"lowering partition {partition!r} for {target} raised {type(e).__name__}: {words}"
+        )
+        return err
+
+
 @dataclass
 class CompiledPartition:
     blob: bytes
@@ -109,7 +124,12 @@ def _start(
     # which only a rank-4 output with a consumer inside the partition can need.
     pristine = copy.deepcopy(program) if may_drop_output(program) else None
     _drop_provenance(program)
-    tosa, op_sources = lower(program, spec, name)
+    try:
+        tosa, op_sources = lower(program, spec, name)
+    except Exception as e:  # noqa: BLE001  (a partition we cannot lower falls back like a Vela crash)
+        fut: Future = Future()
+        fut.set_exception(LoweringError.of(name, spec.target, e))
+        return _Pending(name, declared, pristine, b"", fut, [])
     if pool is None:
         fut: Future = Future()
         try:
@@ -136,7 +156,10 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
             tosa, op_sources = lower(p.pristine, spec, p.name)
             vela = vela_compiler.compile_tosa(tosa, spec, partition=p.name)
     tosa_ins, tosa_outs = tosa_io(tosa)
-    io = check_io(p.name, p.declared, tosa_ins, tosa_outs, vela, nhwc)
+    try:
+        io = check_io(p.name, p.declared, tosa_ins, tosa_outs, vela, nhwc)
+    except BoundaryContractError as e:
+        raise LoweringError.of(p.name, spec.target, e) from e
     if spec.verify_npu:
         vela, io = _verified(p.name, tosa, vela, io, spec, p.declared, tosa_ins, tosa_outs, nhwc)
     io.layers = module_profile.attribute(vela.layers, tosa_ops(tosa), op_sources)
