@@ -168,16 +168,17 @@ def test_unwritten_output_memory_is_a_deviation():
     vela = vela_compiler.VelaResult(
         blob.command_stream, blob.weights, blob.scratch_size + 64, 0, [], []
     )
-    verify_npu.verify("p", blob.tosa, vela, blob.inputs, blob.outputs, spec)  # the real one
+    ref = _reference(blob)
+    verify_npu.verify("p", ref, vela, blob.inputs, blob.outputs, spec)  # the real one
     o = blob.outputs[0]
     moved = TensorSpec(o.dtype, o.shape, o.dim_order, o.scale, o.zero_point, o.region,
                        blob.scratch_size)  # fmt: skip
     with pytest.raises(verify_npu.NpuDeviation, match="at output 0"):
-        verify_npu.verify("p", blob.tosa, vela, blob.inputs, [moved], spec)
+        verify_npu.verify("p", ref, vela, blob.inputs, [moved], spec)
 
 
 def test_u85_streams_are_skipped_with_the_reason():
-    v = verify_npu.verify("p", b"", None, [], [], EthosUNGCompileSpec("ethos-u85-128"))
+    v = verify_npu.verify("p", None, None, [], [], EthosUNGCompileSpec("ethos-u85-128"))
     assert v.status == "skipped" and "not modelled" in v.reason
 
 
@@ -204,3 +205,10 @@ def test_a_stream_outside_its_region_is_invalid_and_a_model_gap_is_skipped(monke
         for _, m in edge.exported_program().graph_module.named_children()
     ]
     assert verdicts and all(v.status == "skipped" and "not modelled" in v.reason for v in verdicts)
+
+
+def _reference(blob):
+    from ethosu_ng.compiler.tosa_graph import tosa_io
+
+    spec = EthosUNGCompileSpec("ethos-u55-128")
+    return verify_npu.start_reference(blob.tosa, blob.inputs, tosa_io(blob.tosa)[0], spec)

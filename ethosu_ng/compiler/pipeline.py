@@ -111,6 +111,7 @@ class _Pending:
     tosa: bytes
     vela: Future[VelaResult]
     op_sources: List[dict]  # upstream's record of which FX node each TOSA operator came from
+    reference: Optional[verify_npu.Reference] = None  # the TOSA run the verified compile needs
 
 
 def _start(
@@ -138,7 +139,8 @@ def _start(
             fut.set_exception(e)
     else:
         fut = pool.submit(vela_compiler.compile_tosa, tosa, spec, name)
-    return _Pending(name, declared, pristine, tosa, fut, op_sources)
+    reference = verify_npu.start_reference(tosa, declared.inputs, tosa_io(tosa)[0], spec)
+    return _Pending(name, declared, pristine, tosa, fut, op_sources, reference)
 
 
 def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
@@ -154,6 +156,9 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
             )
             _drop_provenance(p.pristine)
             tosa, op_sources = lower(p.pristine, spec, p.name)
+            p.reference = verify_npu.start_reference(
+                tosa, p.declared.inputs, tosa_io(tosa)[0], spec
+            )
             vela = vela_compiler.compile_tosa(tosa, spec, partition=p.name)
     tosa_ins, tosa_outs = tosa_io(tosa)
     try:
@@ -161,7 +166,7 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
     except BoundaryContractError as e:
         raise LoweringError.of(p.name, spec.target, e) from e
     if spec.verify_npu:
-        vela, io = _verified(p.name, tosa, vela, io, spec, p.declared, tosa_ins, tosa_outs, nhwc)
+        vela, io = _verified(p, tosa, vela, io, spec, tosa_ins, tosa_outs, nhwc)
     io.layers = module_profile.attribute(vela.layers, tosa_ops(tosa), op_sources)
     blob = DelegateBlob(
         inputs=io.inputs,
@@ -183,12 +188,13 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
     return CompiledPartition(blob.to_bytes(), io)
 
 
-def _verified(name, tosa, vela, io, spec, declared, tosa_ins, tosa_outs, nhwc):
+def _verified(p: _Pending, tosa, vela, io, spec, tosa_ins, tosa_outs, nhwc):
     """The NPU model's verdict on Vela's stream (``verify_npu``). On a deviation Vela is run
     again with each of ``RETRY_VELA_FLAGS``; the first stream that verifies is kept, else the
     first deviation is raised (the caller falls back to the CPU or, under ``strict``, fails)."""
+    name, declared, ref = p.name, p.declared, p.reference
     try:
-        io.npu_verification = verify_npu.verify(name, tosa, vela, io.inputs, io.outputs, spec)
+        io.npu_verification = verify_npu.verify(name, ref, vela, io.inputs, io.outputs, spec)
         return vela, io
     except verify_npu.NpuDeviation as first:
         logger.info("%s: %s; trying other Vela options", name, first)
@@ -197,7 +203,7 @@ def _verified(name, tosa, vela, io, spec, declared, tosa_ins, tosa_outs, nhwc):
             try:
                 v2 = vela_compiler.compile_tosa(tosa, retry, partition=name)
                 io2 = check_io(name, declared, tosa_ins, tosa_outs, v2, nhwc)
-                verdict = verify_npu.verify(name, tosa, v2, io2.inputs, io2.outputs, spec)
+                verdict = verify_npu.verify(name, ref, v2, io2.inputs, io2.outputs, spec)
             except VelaError:
                 continue
             verdict.retried_with = list(flags)

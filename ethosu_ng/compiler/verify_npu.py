@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional, Sequence
 
@@ -63,39 +63,114 @@ class NpuVerdict:
     max_diff: int = 0  # largest |model - TOSA| over all outputs and samples, integer steps
     output: Optional[int] = None  # the output index of ``max_diff`` when it is not 0
     elements_differing: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # on the compile's critical path: waiting for the reference, the model
+    reference_seconds: float = 0.0  # the TOSA reference model's own time, beside Vela
     retried_with: List[str] = field(default_factory=list)  # Vela flags that made it verify
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def _np_dtype(spec: TensorSpec) -> np.dtype:
-    import torch
-
-    return np.dtype(torch.empty((), dtype=spec.dtype).numpy().dtype)
-
-
-def _physical_shape(spec: TensorSpec) -> tuple:
-    return tuple(spec.shape[d] for d in spec.dim_order)
-
-
 def sample_inputs(
-    specs: Sequence[TensorSpec], seed: int, count: int = SAMPLES
+    dtypes: Sequence, shapes: Sequence[tuple], seed: int, count: int = SAMPLES
 ) -> List[List[np.ndarray]]:
-    """Per sample, per input: an array in the NPU buffer's memory order, uniform over the
-    dtype's range with a fifth of the elements at one of its two ends (saturation paths)."""
+    """Per sample, per input: an array of that dtype and shape (the NPU buffer's memory order),
+    uniform over the dtype's range with a fifth of the elements at one of its two ends
+    (saturation paths)."""
     rng = np.random.default_rng(seed)
     samples: List[List[np.ndarray]] = [[] for _ in range(count)]
-    for s in specs:
-        dt = _np_dtype(s)
+    for dtype, shape in zip(dtypes, shapes):
+        dt = _np_dtype(dtype)
         lo, hi = (0, 1) if dt == np.bool_ else (np.iinfo(dt).min, np.iinfo(dt).max)
-        shape = _physical_shape(s)
         for sample in samples:
             v = rng.integers(lo, hi, size=shape, endpoint=True)
             ends = np.where(rng.random(shape) < 0.5, lo, hi)
             sample.append(np.where(rng.random(shape) < 0.2, ends, v).astype(dt))
     return samples
+
+
+def _np_dtype(dtype) -> np.dtype:
+    import torch
+
+    return np.dtype(torch.empty((), dtype=dtype).numpy().dtype)
+
+
+# The reference runs one partition at a time beside Vela (which runs in its own process).
+_REFERENCE_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tosa_reference")
+
+
+@dataclass
+class Reference:
+    """The TOSA reference model's outputs on the verification inputs, computed while Vela runs:
+    inputs depend only on the TOSA graph and the declared dtypes, not on Vela's placement."""
+
+    samples: List[List[np.ndarray]]
+    outputs: Future  # (List[List[np.ndarray]] per sample, seconds the reference model took)
+
+    @classmethod
+    def start(cls, tosa: bytes, dtypes: Sequence, shapes: Sequence[tuple]) -> Reference:
+        seed = int.from_bytes(hashlib.sha256(tosa).digest()[:8], "little")
+        samples = sample_inputs(dtypes, shapes, seed)
+        return cls(samples, _REFERENCE_POOL.submit(_run_tosa_all, tosa, samples))
+
+
+def start_reference(tosa: bytes, declared_inputs, tosa_inputs, spec) -> Optional[Reference]:
+    """``Reference.start`` for a partition the model can check (None otherwise)."""
+    if not spec.verify_npu or spec.family not in MODELLED_FAMILIES:
+        return None
+    if len(declared_inputs) != len(tosa_inputs):
+        return None  # check_io names this mismatch
+    return Reference.start(
+        tosa, [d.dtype for d in declared_inputs], [tuple(t.shape) for t in tosa_inputs]
+    )
+
+
+# The reference model holds the GIL while it runs (measured: a waiting thread got 4 turns in
+# 6 s), which would stall the lowering of the next partition; so it runs in a child process
+# forked from the Vela zygote, like Vela.
+_REFERENCE_MAIN = r"""
+import sys
+import numpy as np
+import tosa_reference_model as ref
+with open(sys.argv[1], "rb") as f:
+    graph = f.read()
+ins = np.load(sys.argv[2])
+outs = {}
+for s in range(int(ins["samples"])):
+    arrays = [np.ascontiguousarray(ins[f"s{s}_{k}"]) for k in range(int(ins["inputs"]))]
+    got, status = ref.run(graph, arrays, initialize_variable_tensor_from_numpy=True)
+    if status != ref.GraphStatus.TOSA_VALID:
+        print(f"TOSA reference model rejected the graph: {status}")
+        sys.exit(3)
+    outs.update({f"s{s}_{j}": np.asarray(a) for j, a in enumerate(got)})
+np.savez(sys.argv[3], **outs)
+"""
+# A reference run longer than this is abandoned (the verdict says so) rather than stall export.
+REFERENCE_TIMEOUT_S = 900.0
+
+
+def _run_tosa_all(tosa: bytes, samples):
+    import os
+    import tempfile
+
+    from ethosu_ng.vela.process import run_vela
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ethosu_ng_verify_") as tmp:
+        graph, ins, outs = (os.path.join(tmp, n) for n in ("g.tosa", "in.npz", "out.npz"))
+        with open(graph, "wb") as f:
+            f.write(tosa)
+        arrays = {f"s{s}_{k}": a for s, sample in enumerate(samples) for k, a in enumerate(sample)}
+        n_in = len(samples[0]) if samples else 0
+        np.savez(ins, samples=len(samples), inputs=n_in, **arrays)
+        run = run_vela(_REFERENCE_MAIN, [graph, ins, outs], tmp, REFERENCE_TIMEOUT_S)
+        if run.returncode != 0:
+            last = " | ".join(run.output.strip().splitlines()[-3:]) or "no output"
+            raise RuntimeError(f"exit {run.returncode}: {last}")
+        with np.load(outs) as got:
+            n_out = sum(1 for k in got.files if k.startswith("s0_"))
+            result = [[got[f"s{s}_{j}"] for j in range(n_out)] for s in range(len(samples))]
+    return result, time.perf_counter() - t0
 
 
 def _run_model(
@@ -106,52 +181,43 @@ def _run_model(
     scratch = bytearray([poison]) * vela.scratch_size
     fast = bytearray([poison]) * vela.fast_scratch_size if vela.fast_scratch_size else None
     for s, a in zip(ins, arrays):
-        data = np.ascontiguousarray(a).tobytes()
+        data = np.ascontiguousarray(a).tobytes()  # row-major bytes of the NPU buffer
         scratch[s.offset : s.offset + len(data)] = data
     rt.npu_model_run(vela.command_stream, vela.weights, scratch, fast)
     got = []
     for s in outs:
-        dt = _np_dtype(s)
+        dt = _np_dtype(s.dtype)
         raw = bytes(scratch[s.offset : s.offset + s.numel * dt.itemsize])
-        got.append(np.frombuffer(raw, dtype=dt).reshape(_physical_shape(s)))
+        got.append(np.frombuffer(raw, dtype=dt))
     return got
-
-
-def _run_tosa(tosa: bytes, arrays) -> List[np.ndarray]:
-    from ethosu_ng.numerics.tosa_reference import run_tosa_arrays
-
-    return run_tosa_arrays(tosa, arrays)
 
 
 def verify(
     name: str,
-    tosa: bytes,
+    reference: Optional[Reference],
     vela: VelaResult,
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
     spec: EthosUNGCompileSpec,
 ) -> NpuVerdict:
-    """Run the stream on the NPU model and TOSA on the reference model; raise ``NpuDeviation``
+    """Run the stream on the NPU model and compare with ``reference``; raise ``NpuDeviation``
     naming the output and the difference, or return the verdict."""
     t0 = time.perf_counter()
     if spec.family not in MODELLED_FAMILIES:
         return NpuVerdict("skipped", f"{spec.family} command streams are not modelled")
+    if reference is None:
+        return NpuVerdict("skipped", "no reference run for this partition")
     from ethosu_ng import runtime as rt
 
-    seed = int.from_bytes(hashlib.sha256(tosa).digest()[:8], "little")
     verdict = NpuVerdict("verified")
     worst = (0, None, 0, "")  # max diff, output, elements differing, where
-    samples = sample_inputs(inputs, seed)
-    # The model runs in C++ without the GIL: its runs overlap the reference model's.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="npu_model") as pool:
-        model_runs = [
-            pool.submit(_run_model, vela, inputs, outputs, arrays, POISON[k % len(POISON)])
-            for k, arrays in enumerate(samples)
-        ]
-        tosa_runs = [_run_tosa(tosa, arrays) for arrays in samples]
-    for model_run, want in zip(model_runs, tosa_runs):
+    try:
+        tosa_runs, verdict.reference_seconds = reference.outputs.result()
+    except Exception as e:  # noqa: BLE001 - a graph the reference rejects cannot be checked
+        return NpuVerdict("skipped", f"TOSA reference model: {type(e).__name__}: {e}")
+    for k, (arrays, want) in enumerate(zip(reference.samples, tosa_runs)):
         try:
-            got = model_run.result()
+            got = _run_model(vela, inputs, outputs, arrays, POISON[k % len(POISON)])
         except rt.NpuModelError as e:
             if e.code == NOT_SUPPORTED:
                 # A gap of the model, not a fault of the stream: ship it, and say so.

@@ -234,7 +234,7 @@ def _verdict_text(v: Optional[Dict[str, Any]]) -> str:
         return f"skipped: {v['reason']}"
     text = (
         f"{v['status']}: {v['samples']} input sample(s), max difference {v['max_diff']}, "
-        f"{v['seconds']:.2f} s"
+        f"{v['seconds']:.2f} s (TOSA reference {v.get('reference_seconds', 0):.2f} s beside Vela)"
     )
     if v.get("retried_with"):
         text += f" (Vela {' '.join(v['retried_with'])})"
