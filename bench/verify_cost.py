@@ -80,7 +80,8 @@ def main() -> None:
     args = ap.parse_args()
     print(
         "| model | target | partitions | verdicts | moved to CPU | compile s (verified) "
-        "| verification s (critical path) | TOSA reference s (beside Vela) | compile s (off) | share |"
+        "| verification s (critical path) | TOSA reference s (beside Vela) | compile s (off) "
+        "| share |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for model in args.models:
