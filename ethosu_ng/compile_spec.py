@@ -70,6 +70,10 @@ class EthosUNGCompileSpec:
             (``compiler/verify_npu.py``; Ethos-U85 streams are not modelled and are skipped). A
             partition that deviates is compiled again with other Vela options, else its ops
             responsible move to the CPU (``cpu_fallback``) with the reason in the report.
+        verify_lowering: evaluate each partition's quantized graph exactly (float64 between
+            quantize steps) at compile time and require its TOSA graph, on the reference model,
+            to be within 1 LSB of it (``compiler/verify_lowering.py``); a partition beyond is
+            handled as a ``verify_npu`` deviation.
         strict: a deviation the verification finds is an export error, not a CPU fallback.
     """
 
@@ -85,6 +89,7 @@ class EthosUNGCompileSpec:
     tosa_optimize: bool = True
     tosa_optimize_verify: bool = False
     verify_npu: bool = True
+    verify_lowering: bool = True
     strict: bool = False
 
     def __post_init__(self) -> None:
@@ -127,6 +132,7 @@ class EthosUNGCompileSpec:
             "tosa_optimize",
             "tosa_optimize_verify",
             "verify_npu",
+            "verify_lowering",
             "strict",
         ):
             if not isinstance(getattr(self, name), bool):

@@ -36,6 +36,7 @@ from ethosu_ng.backend import EthosUNGBackend  # noqa: F401
 from ethosu_ng.compile_spec import BACKEND_ID, EthosUNGCompileSpec
 from ethosu_ng.compiler.compiled_cache import CompiledCache, attach
 from ethosu_ng.compiler.pipeline import LoweringError, compile_partitions
+from ethosu_ng.compiler.verify_lowering import LoweringDeviation
 from ethosu_ng.compiler.verify_npu import NpuDeviation
 from ethosu_ng.ops import NO_COMPUTE_OPS, is_compute, op_name, resolve_op_names
 from ethosu_ng.partitioning.boundary import BoundaryContract, PartitionIO, node_order, partition_io
@@ -50,6 +51,9 @@ from ethosu_ng.vela import process as vela_process
 from ethosu_ng.vela.compiler import VelaError
 
 logger = logging.getLogger(__name__)
+
+# What the verified compile finds: ``strict`` makes these export errors.
+_DEVIATIONS = (NpuDeviation, LoweringDeviation)
 
 # Each round moves at least one op per failing partition to the CPU; a model needing more rounds
 # than this is failing for a reason bisection will not fix.
@@ -249,7 +253,7 @@ class EthosUNGPartitioner(Partitioner):
                     break
                 if not self.compile_spec.cpu_fallback:
                     raise failures[0][1]
-                deviation = next((e for _, e in failures if isinstance(e, NpuDeviation)), None)
+                deviation = next((e for _, e in failures if isinstance(e, _DEVIATIONS)), None)
                 if self.compile_spec.strict and deviation is not None:
                     raise deviation
                 if round_ == _MAX_FALLBACK_ROUNDS:
@@ -262,7 +266,7 @@ class EthosUNGPartitioner(Partitioner):
                                 f"{c.error.what} on {op_name(c.node.target)}{kind}: "
                                 f"{c.error.last_words}"
                             )
-                        elif isinstance(c.error, NpuDeviation):
+                        elif isinstance(c.error, _DEVIATIONS):
                             why = (
                                 f"verified compile: {c.error.what} with "
                                 f"{op_name(c.node.target)}{kind} in the partition; moved to CPU: "

@@ -212,3 +212,48 @@ def _reference(blob):
 
     spec = EthosUNGCompileSpec("ethos-u55-128")
     return verify_npu.start_reference(blob.tosa, blob.inputs, tosa_io(blob.tosa)[0], spec)
+
+
+# ------------------------------------------------------------------ lowering vs the partition
+def test_a_planted_lowering_bug_is_caught_and_contained():
+    """Seed 001 without its pass: upstream's lowering drops a relu whose zero point is not qmin
+    (17 LSB). The lowering check sees TOSA differ from the quantized partition; under ``strict``
+    that is an export error naming the partition, by default the ops responsible move to the CPU
+    and every delegate left is within 1 LSB of the eager quantized model."""
+    from test_seed001_relu_above_qmin_is_kept import seed_recipe
+
+    from ethosu_ng.compiler.verify_lowering import LoweringDeviation
+    from ethosu_ng.numerics.tosa_reference import check_delegates
+    from ethosu_ng.passes import RequantizeNonFuseableActivationPass
+
+    off = [RequantizeNonFuseableActivationPass]
+    q, inputs, spec = seed_recipe("ethos-u55-128")
+    strict = EthosUNGCompileSpec("ethos-u55-128", strict=True)
+    with pytest.raises(LoweringDeviation, match=r"differs from the quantized partition by \d+"):
+        lower(q, inputs, strict, disabled_passes=off)
+    edge, part = lower(q, inputs, spec, disabled_passes=off)
+    moved = part.report.compiler_fallback
+    assert moved and all("quantized partition" in why for why in moved.values()), moved
+    assert max((r.worst for r in check_delegates(edge, inputs)), default=0) <= 1
+    # Without the check the wrong lowering ships (the premise).
+    unchecked = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True, verify_lowering=False)
+    edge, _ = lower(q, inputs, unchecked, disabled_passes=off)
+    assert max(r.worst for r in check_delegates(edge, inputs)) > 1
+
+
+def test_lowering_verdicts_on_both_families():
+    """Verified on U55 and on U85, where the stream itself is not modelled."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AvgPool2d(2))
+    x = (torch.randn(1, 3, 8, 8),)
+    for target in ("ethos-u55-128", "ethos-u85-128"):
+        edge, _ = _lower(model, x, EthosUNGCompileSpec(target), [x])
+        infos = [
+            m.meta.get("_delegate_info_meta")
+            for _, m in edge.exported_program().graph_module.named_children()
+            if hasattr(m, "processed_bytes")
+        ]
+        assert infos and all(i.lowering_verification.status == "verified" for i in infos)
+        assert all(i.lowering_verification.max_lsb <= 1 for i in infos)
+        npu = {i.npu_verification.status for i in infos}
+        assert npu == ({"skipped"} if "u85" in target else {"verified"}), npu

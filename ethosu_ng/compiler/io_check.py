@@ -60,7 +60,7 @@ def check_io(
                     f"Vela {list(v.shape)}"
                 )
             want_nhwc = kind == "output" and k in nhwc_outputs
-            order = _npu_dim_order(d, t, want_nhwc)
+            order = npu_dim_order(d, t, want_nhwc)
             if order is None:
                 raise BoundaryContractError(
                     f"{where}: TOSA shape {list(t.shape)} is no layout of declared shape "
@@ -75,7 +75,7 @@ def check_io(
     )
 
 
-def _npu_dim_order(d: TensorSpec, t: TosaTensorInfo, want_nhwc: bool = False):
+def npu_dim_order(d: TensorSpec, t: TosaTensorInfo, want_nhwc: bool = False):
     """The memory order of the NPU buffer, from the TOSA tensor's shape."""
     contiguous = tuple(range(len(d.shape)))
     shape = tuple(t.shape)

@@ -22,15 +22,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import List, Optional, Sequence, Set, Tuple, Union
 
+import torch
 from torch.export import ExportedProgram
 
 from ethosu_ng import module_profile
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.blob import DelegateBlob
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
-from ethosu_ng.compiler import verify_npu
+from ethosu_ng.compiler import verify_lowering, verify_npu
 from ethosu_ng.compiler.dropped_output import emit_shared_rank4_outputs_nhwc, may_drop_output
-from ethosu_ng.compiler.io_check import check_io
+from ethosu_ng.compiler.io_check import check_io, npu_dim_order
 from ethosu_ng.compiler.tosa_graph import tosa_io, tosa_ops
 from ethosu_ng.partitioning.boundary import BoundaryContractError
 from ethosu_ng.partitioning.delegate_io import DelegateIOSpec, declared_io
@@ -112,6 +113,8 @@ class _Pending:
     vela: Future[VelaResult]
     op_sources: List[dict]  # upstream's record of which FX node each TOSA operator came from
     reference: Optional[verify_npu.Reference] = None  # the TOSA run the verified compile needs
+    quantized: Optional[torch.fx.GraphModule] = None  # the partition as quantized, unlowered
+    exact: Optional[Future] = None  # its exact evaluation on the reference's samples
 
 
 def _start(
@@ -124,6 +127,8 @@ def _start(
     # Upstream's lowering edits the program in place; keep a copy for the channels-last retry,
     # which only a rank-4 output with a consumer inside the partition can need.
     pristine = copy.deepcopy(program) if may_drop_output(program) else None
+    # The lowering edits the program; the verified compile needs the partition as quantized.
+    quantized = program.module() if spec.verify_lowering else None
     _drop_provenance(program)
     try:
         tosa, op_sources = lower(program, spec, name)
@@ -139,8 +144,22 @@ def _start(
             fut.set_exception(e)
     else:
         fut = pool.submit(vela_compiler.compile_tosa, tosa, spec, name)
-    reference = verify_npu.start_reference(tosa, declared.inputs, tosa_io(tosa)[0], spec)
-    return _Pending(name, declared, pristine, tosa, fut, op_sources, reference)
+    p = _Pending(name, declared, pristine, tosa, fut, op_sources, quantized=quantized)
+    _start_checks(p, tosa, spec)
+    return p
+
+
+def _start_checks(p: _Pending, tosa: bytes, spec: EthosUNGCompileSpec) -> None:
+    """Start the verified compile's reference runs for ``tosa`` (beside Vela)."""
+    spec_inputs = p.declared.inputs
+    tosa_ins = tosa_io(tosa)[0]
+    p.reference = verify_npu.start_reference(tosa, spec_inputs, tosa_ins, spec)
+    if p.quantized is not None and len(tosa_ins) == len(spec_inputs):
+        laid_out = [
+            replace(d, dim_order=npu_dim_order(d, t) or d.dim_order)
+            for d, t in zip(spec_inputs, tosa_ins)
+        ]
+        p.exact = verify_lowering.start_exact(p.quantized, p.reference, laid_out)
 
 
 def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
@@ -156,15 +175,17 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
             )
             _drop_provenance(p.pristine)
             tosa, op_sources = lower(p.pristine, spec, p.name)
-            p.reference = verify_npu.start_reference(
-                tosa, p.declared.inputs, tosa_io(tosa)[0], spec
-            )
+            _start_checks(p, tosa, spec)
             vela = vela_compiler.compile_tosa(tosa, spec, partition=p.name)
     tosa_ins, tosa_outs = tosa_io(tosa)
     try:
         io = check_io(p.name, p.declared, tosa_ins, tosa_outs, vela, nhwc)
     except BoundaryContractError as e:
         raise LoweringError.of(p.name, spec.target, e) from e
+    if spec.verify_lowering:
+        io.lowering_verification = verify_lowering.verify(
+            p.name, p.reference, p.exact, io.outputs, spec
+        )
     if spec.verify_npu:
         vela, io = _verified(p, tosa, vela, io, spec, tosa_ins, tosa_outs, nhwc)
     io.layers = module_profile.attribute(vela.layers, tosa_ops(tosa), op_sources)

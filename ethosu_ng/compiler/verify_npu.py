@@ -115,8 +115,10 @@ class Reference:
 
 
 def start_reference(tosa: bytes, declared_inputs, tosa_inputs, spec) -> Optional[Reference]:
-    """``Reference.start`` for a partition the model can check (None otherwise)."""
-    if not spec.verify_npu or spec.family not in MODELLED_FAMILIES:
+    """``Reference.start`` for a partition either check of the verified compile needs (the
+    stream on the model, or the lowering against the quantized partition); None otherwise."""
+    npu = spec.verify_npu and spec.family in MODELLED_FAMILIES
+    if not (npu or spec.verify_lowering):
         return None
     if len(declared_inputs) != len(tosa_inputs):
         return None  # check_io names this mismatch

@@ -37,6 +37,8 @@ class DelegateIOSpec:
     layers: List[Dict] = field(default_factory=list)
     # compiler.verify_npu's verdict on the command stream (None: verification off).
     npu_verification: Optional[object] = None
+    # compiler.verify_lowering's verdict on the TOSA graph (None: verification off).
+    lowering_verification: Optional[object] = None
 
 
 def _qparams_of(node: Node) -> Optional[Tuple[float, int]]:

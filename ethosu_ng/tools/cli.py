@@ -110,6 +110,7 @@ def cmd_compile(args) -> int:
             tosa_optimize=not args.no_tosa_optimize,
             tosa_optimize_verify=args.verify_tosa_optimize,
             verify_npu=not args.no_verify_npu,
+            verify_lowering=not args.no_verify_lowering,
             strict=args.strict,
         )
     except (ValueError, TypeError) as e:
@@ -371,6 +372,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-verify-npu",
         action="store_true",
         help="skip running each command stream on the NPU model against TOSA at compile time",
+    )
+    c.add_argument(
+        "--no-verify-lowering",
+        action="store_true",
+        help="skip checking each TOSA graph against the quantized partition at compile time",
     )
     c.add_argument(
         "--strict",

@@ -36,8 +36,8 @@ def _num(summary: Dict[str, str], key: str) -> Optional[float]:
         return None
 
 
-def _verdict(info) -> Optional[Dict[str, Any]]:
-    v = getattr(info, "npu_verification", None)
+def _verdict(info, which: str = "npu_verification") -> Optional[Dict[str, Any]]:
+    v = getattr(info, which, None)
     return v.as_dict() if v is not None else None
 
 
@@ -92,6 +92,8 @@ def build_report(
                 "data_movement": module_profile.data_movement(getattr(info, "layers", None) or []),
                 # compiler.verify_npu: NPU model vs TOSA on this stream at compile time.
                 "npu_verification": _verdict(info),
+                # compiler.verify_lowering: TOSA vs the quantized partition, exactly evaluated.
+                "lowering_verification": _verdict(info, "lowering_verification"),
             }
         )
     cpu = []
@@ -241,6 +243,17 @@ def _verdict_text(v: Optional[Dict[str, Any]]) -> str:
     return text
 
 
+def _lowering_text(v: Optional[Dict[str, Any]]) -> str:
+    if not v:
+        return "not verified (verify_lowering off)"
+    if v["status"] == "skipped":
+        return f"skipped: {v['reason']}"
+    return (
+        f"{v['status']}: {v['samples']} input sample(s), max {v['max_lsb']} LSB, "
+        f"{v['seconds']:.2f} s (exact evaluation {v.get('exact_seconds', 0):.2f} s beside Vela)"
+    )
+
+
 def format_text(r: Dict[str, Any]) -> str:
     lines = [
         f"model {r.get('model') or '?'}  target {r.get('target') or '?'}  "
@@ -261,12 +274,18 @@ def format_text(r: Dict[str, Any]) -> str:
             f"{_fmt(v['offchip_flash_kib'], digits=1):>11}{_fmt(v['macs']):>14}"
             f"  in [{_io_text(d['inputs'])}] out [{_io_text(d['outputs'])}]"
         )
-    verdicts = [(d["name"], d.get("npu_verification")) for d in r["delegates"]]
-    if any(v for _, v in verdicts):
+    verdicts = [
+        (d["name"], d.get("lowering_verification"), d.get("npu_verification"))
+        for d in r["delegates"]
+    ]
+    if any(lv or nv for _, lv, nv in verdicts):
         lines.append("")
-        lines.append("verified compile (NPU model vs TOSA on each command stream):")
-        for name, v in verdicts:
-            lines.append(f"  {name:<16} {_verdict_text(v)}")
+        lines.append(
+            "verified compile (TOSA vs the quantized partition; NPU model vs TOSA on the stream):"
+        )
+        for name, lv, nv in verdicts:
+            lines.append(f"  {name:<16} lowering: {_lowering_text(lv)}")
+            lines.append(f"  {'':<16} stream:   {_verdict_text(nv)}")
     if r["cpu_ops"]:
         lines.append("")
         lines.append("on the CPU:")

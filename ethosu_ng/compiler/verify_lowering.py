@@ -1,0 +1,148 @@
+"""Verified compile, first link: the partition's TOSA graph against the quantized partition it
+replaces, before Vela's stream is accepted (``EthosUNGCompileSpec.verify_lowering``).
+
+The quantized partition (the edge graph ``to_backend`` carves, before upstream's lowering edits
+it) is evaluated exactly: every float op in float64 and each quantize rounding the float64 value
+(``numerics.op_numerics.exact_outputs``), so float32 rounding noise, which deep partitions amplify
+to many LSB, is not mistaken for a lowering defect. Its inputs are the verified compile's samples
+(``verify_npu.Reference``), laid out logically; its outputs are compared with the TOSA reference
+model's in LSB of each output's integer grid. More than ``LSB_TOLERANCE`` is a
+``LoweringDeviation``: a ``VelaError``, handled as a deviation of the stream is (CPU fallback of
+the ops responsible, or an error under ``strict``).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.compiler.verify_npu import Reference
+from ethosu_ng.tensor_spec import TensorSpec
+from ethosu_ng.vela.compiler import VelaError
+
+# TOSA rounds half up, torch.round half to even: at an exact tie (an average pool whose window
+# sum is an odd multiple of half its size) the two differ by one step (numerics/op_numerics.py).
+LSB_TOLERANCE = 1
+
+# One partition at a time, beside Vela; PyTorch's kernels release the GIL.
+_EXACT_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="exact_partition")
+
+
+class LoweringDeviation(VelaError):
+    """The TOSA graph differs from the quantized partition by more than ``LSB_TOLERANCE``."""
+
+    def __init__(self, partition: str, target: str, what: str, last_words: str):
+        super().__init__(partition, target, what, last_words)
+        RuntimeError.__init__(
+            self, f"verified compile: partition {partition!r} for {target}: {what} ({last_words})"
+        )
+
+
+@dataclass
+class LoweringVerdict:
+    """Per partition, in the report: ``verified``, ``deviation`` or ``skipped``."""
+
+    status: str
+    reason: str = ""
+    samples: int = 0
+    max_lsb: int = 0  # largest |TOSA - exact| over outputs and samples, in integer steps
+    output: Optional[int] = None
+    seconds: float = 0.0  # on the compile's critical path
+    exact_seconds: float = 0.0  # the exact evaluation's own time, beside Vela
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _logical(arr: np.ndarray, spec: TensorSpec) -> torch.Tensor:
+    from ethosu_ng.numerics.tosa_reference import npu_to_logical
+
+    return npu_to_logical(np.ascontiguousarray(arr).reshape(-1), spec)
+
+
+def _exact_all(gm, samples: List[List[torch.Tensor]]):
+    from ethosu_ng.numerics.op_numerics import exact_outputs
+
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        outs = [exact_outputs(gm, inputs)[0] for inputs in samples]
+    return outs, time.perf_counter() - t0
+
+
+def start_exact(
+    gm, reference: Optional[Reference], inputs: Sequence[TensorSpec]
+) -> Optional[Future]:
+    """Evaluate the quantized partition ``gm`` exactly on ``reference``'s samples (``inputs``: the
+    specs that lay each sample out, with the NPU dim order), in a thread."""
+    if gm is None or reference is None:
+        return None
+    samples = [[_logical(a, s) for a, s in zip(sample, inputs)] for sample in reference.samples]
+    return _EXACT_POOL.submit(_exact_all, gm, samples)
+
+
+def verify(
+    name: str,
+    reference: Optional[Reference],
+    exact: Optional[Future],
+    outputs: Sequence[TensorSpec],
+    spec: EthosUNGCompileSpec,
+) -> LoweringVerdict:
+    """Compare the TOSA reference model's outputs with the exact evaluation; raise
+    ``LoweringDeviation`` beyond ``LSB_TOLERANCE``, else return the verdict."""
+    from ethosu_ng.numerics.tosa_reference import logical_to_npu
+
+    t0 = time.perf_counter()
+    if reference is None or exact is None:
+        return LoweringVerdict("skipped", "no reference run for this partition")
+    try:
+        tosa_runs, _ = reference.outputs.result()
+    except Exception as e:  # noqa: BLE001 - a graph the reference rejects cannot be checked
+        return LoweringVerdict("skipped", f"TOSA reference model: {type(e).__name__}: {e}")
+    try:
+        exact_runs, exact_s = exact.result()
+    except Exception as e:  # noqa: BLE001 - an op the exact evaluation cannot run
+        return LoweringVerdict("skipped", f"exact evaluation: {type(e).__name__}: {e}")
+    verdict = LoweringVerdict("verified", exact_seconds=exact_s)
+    worst = (0, None, "")
+    for want_all, got_all in zip(exact_runs, tosa_runs):
+        for j, (e, t, s) in enumerate(zip(want_all, got_all, outputs)):
+            if not isinstance(e, torch.Tensor) or e.is_floating_point():
+                return LoweringVerdict("skipped", f"output {j} of the partition is not integer")
+            want_npu = logical_to_npu(e.to(s.dtype), s)
+            want = want_npu.astype(np.int64).reshape(-1)
+            got = np.asarray(t).reshape(-1)
+            if got.dtype != want_npu.dtype and got.dtype.itemsize == want_npu.dtype.itemsize:
+                got = got.view(want_npu.dtype)  # an int8 graph tensor for a uint8 entry
+            got = got.astype(np.int64)
+            if got.size != want.size:
+                return LoweringVerdict(
+                    "skipped", f"output {j}: TOSA {got.size} elements, partition {want.size}"
+                )
+            d = np.abs(got - want)
+            m = int(d.max()) if d.size else 0
+            if m > worst[0]:
+                i = int(d.argmax())
+                worst = (
+                    m,
+                    j,
+                    f"element {i}: TOSA {int(got[i])}, quantized partition {int(want[i])}",
+                )
+        verdict.samples += 1
+    verdict.max_lsb, verdict.output = worst[0], worst[1]
+    verdict.seconds = time.perf_counter() - t0
+    if worst[0] > LSB_TOLERANCE:
+        verdict.status = "deviation"
+        raise LoweringDeviation(
+            name,
+            spec.target,
+            f"TOSA graph differs from the quantized partition by {worst[0]} LSB at output "
+            f"{worst[1]}",
+            worst[2],
+        )
+    return verdict
