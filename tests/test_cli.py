@@ -59,19 +59,23 @@ def test_compile_writes_pte_and_report(compiled):
     assert set(rep["stages_s"]) >= {"load", "calibrate + quantize", "partition + Vela", "serialize"}
     # The verified compile ran on every delegate (on by default) and says so in the report.
     assert [d["npu_verification"]["status"] for d in rep["delegates"]] == ["verified"] * 2
+    assert [d["lowering_verification"]["status"] for d in rep["delegates"]] == ["verified"] * 2
 
 
 def test_report_text_shows_the_verified_compile(compiled, capsys):
     code, out, _ = run(["report", compiled], capsys)
-    assert code == 0 and "verified compile" in out and out.count("verified: 1 input sample") == 2
+    assert code == 0 and "verified compile" in out
+    assert out.count("lowering: verified: 1 input sample") == 2
+    assert out.count("stream:   verified: 1 input sample") == 2
 
 
 def test_no_verify_npu_flag(tmp_path):
     pte = str(tmp_path / "t.pte")
     argv = ["compile", f"{FACTORY}:make", "--target", "ethos-u55-128", "-o", pte]
-    assert main([*argv, "--no-verify-npu", "--strict"]) == 0
+    assert main([*argv, "--no-verify-npu", "--no-verify-lowering", "--strict"]) == 0
     rep = json.loads(Path(pte.replace(".pte", ".report.json")).read_text())
     assert [d["npu_verification"] for d in rep["delegates"]] == [None]
+    assert [d["lowering_verification"] for d in rep["delegates"]] == [None]
 
 
 def test_report_from_pte_and_json(compiled, capsys, tmp_path):
