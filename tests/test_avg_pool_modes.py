@@ -5,8 +5,9 @@ Ethos-U55/U65 Vela's command stream on the NPU model equals the TOSA reference b
 Padded average pooling (``count_include_pad=False``, or a ``ceil_mode`` window hanging over the
 input's edge) is a TOSA AVG_POOL2D with padding, which Vela emits as a padded hardware average
 pool: the NPU divides by the kernel positions inside the IFM (``docs/npu-model.md``, pooling).
-``count_include_pad=True`` pads explicitly first and ``divisor_override`` adds a multiply
-(upstream's ``DecomposeAvgPool2dPass``, before quantization), so all three paths are drawn.
+``count_include_pad=True`` pads explicitly first (upstream's ``DecomposeAvgPool2dPass``, before
+quantization), ``divisor_override`` is a depthwise convolution (``AvgPoolDivisorAsConvPass``) and
+a ``ceil_mode`` pool that leaves rows unread is sliced (``AvgPoolCeilModePass``); all are drawn.
 """
 
 from __future__ import annotations
@@ -126,11 +127,15 @@ def check_case(case: Case, target: str) -> None:
 
 
 # Drawn first whatever the budget: PoolFormer's mode, a ceil_mode window over the edge (with and
-# without padding), and divisor_override with padding excluded from the count.
+# without padding), divisor_override with padding excluded from the count, and ceil_mode with a
+# stride above the kernel, which leaves input rows no window reads (in both dims, and in one
+# while the other needs the ceil_mode window).
 POOLFORMER = Case((3, 3), (1, 1), (1, 1), False, False, None, (1, 4, 6, 6), 0.0)
 CEIL_OVERHANG = Case((2, 2), (2, 2), (0, 0), True, True, None, (1, 3, 7, 7), 1.5)
 CEIL_PADDED = Case((3, 3), (2, 2), (1, 1), True, False, None, (1, 2, 6, 7), -2.0)
 DIVISOR = Case((3, 2), (2, 1), (1, 1), True, False, 4, (1, 2, 5, 6), 0.0)
+CEIL_UNREAD = Case((1, 1), (2, 2), (0, 0), True, True, None, (1, 2, 4, 5), 0.0)
+CEIL_UNREAD_MIXED = Case((2, 1), (3, 2), (0, 0), True, False, None, (1, 2, 4, 2), 0.0)
 
 
 def _property(target: str, max_examples: int, **bounds) -> None:
@@ -146,6 +151,8 @@ def _property(target: str, max_examples: int, **bounds) -> None:
     @example(CEIL_OVERHANG)
     @example(CEIL_PADDED)
     @example(DIVISOR)
+    @example(CEIL_UNREAD)
+    @example(CEIL_UNREAD_MIXED)
     def prop(case):
         check_case(case, target)
 

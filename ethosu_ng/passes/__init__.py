@@ -6,6 +6,7 @@ declares the passes it must run after (``runs_after``) and ``pipeline.pass_pipel
 them.
 """
 
+from ethosu_ng.passes.avg_pool_ceil_mode import AvgPoolCeilModePass
 from ethosu_ng.passes.commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
 from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
 from ethosu_ng.passes.integer_program_io import IntegerProgramIOError, IntegerProgramIOPass
@@ -28,6 +29,7 @@ __all__ = [
     "PassOrderError",
     "check_order",
     "pass_pipeline",
+    "AvgPoolCeilModePass",
     "CommuteQDQThroughPassThroughPass",
     "FoldQuantizedConstantsPass",
     "IntegerProgramIOError",

@@ -33,6 +33,7 @@ from ethosu_ng.ops import (
     DEQUANTIZE_PER_TENSOR,
     QUANTIZE_PER_TENSOR,
 )
+from ethosu_ng.passes.avg_pool_ceil_mode import AvgPoolCeilModePass
 from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
 from ethosu_ng.passes.integer_program_io import IntegerProgramIOPass
 from ethosu_ng.passes.lower_roll import LowerRollPass
@@ -65,6 +66,7 @@ class CommuteQDQThroughPassThroughPass:
 
     # Needs the final qparams and the final data-movement ops.
     runs_after = (
+        AvgPoolCeilModePass,
         LowerRollPass,
         SliceOnMergedAxisPass,
         IntegerProgramIOPass,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence, Tuple, Type
 
+from ethosu_ng.passes.avg_pool_ceil_mode import AvgPoolCeilModePass
 from ethosu_ng.passes.commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
 from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
 from ethosu_ng.passes.integer_program_io import IntegerProgramIOPass
@@ -24,6 +25,7 @@ from ethosu_ng.passes.unify_concat_qparams import UnifyConcatQParamsPass
 
 # Run on the ATen program before decomposition (in transform_for_pre_decomposition).
 PRE_PARTITION_PASSES: Tuple[type, ...] = (
+    AvgPoolCeilModePass,
     LowerRollPass,
     SliceOnMergedAxisPass,
     QuantizeStateBuffersPass,
