@@ -87,14 +87,27 @@ def _scalar(v) -> float:
     return float(v.item()) if isinstance(v, torch.Tensor) else float(v)
 
 
-def _exact_quantize(op, x64, args):
+def _round(v: torch.Tensor, rounding: str, flip_ties_within: Optional[float]) -> torch.Tensor:
+    """``half_even`` (torch.round, as the eager model) or ``half_up`` (as TOSA's RESCALE);
+    ``flip_ties_within``: values that close to a tie round the other way (a sensitivity run)."""
+    r = torch.round(v) if rounding == "half_even" else torch.floor(v + 0.5)
+    if flip_ties_within:
+        lo = torch.floor(v)
+        near = (v - lo - 0.5).abs() < flip_ties_within
+        r = torch.where(near, torch.where(r == lo, lo + 1, lo), r)
+    return r
+
+
+def _exact_quantize(op, x64, args, rounding="half_even", flip_ties_within=None):
     if op_name(op) in QUANTIZE_PER_TENSOR_OPS:
         scale, zp, qmin, qmax, dtype = _scalar(args[1]), int(_scalar(args[2])), *args[3:6]
-        return torch.clamp(torch.round(x64 / scale) + zp, qmin, qmax).to(dtype)
+        q = _round(x64 / scale, rounding, flip_ties_within) + zp
+        return torch.clamp(q, qmin, qmax).to(dtype)
     scales, zps, axis, qmin, qmax, dtype = args[1:7]
     shape = [1] * x64.dim()
     shape[axis] = -1
-    q = torch.round(x64 / scales.to(torch.float64).view(shape)) + zps.to(torch.float64).view(shape)
+    v = x64 / scales.to(torch.float64).view(shape)
+    q = _round(v, rounding, flip_ties_within) + zps.to(torch.float64).view(shape)
     return torch.clamp(q, qmin, qmax).to(dtype)
 
 
@@ -117,9 +130,10 @@ def _lsb(a: torch.Tensor, b: torch.Tensor) -> Optional[int]:
 
 
 class _Lockstep(Interpreter):
-    def __init__(self, gm):
+    def __init__(self, gm, rounding: str = "half_even", flip_ties_within: Optional[float] = None):
         super().__init__(gm)
         self.ops: List[OpNumerics] = []
+        self.rounding, self.flip_ties_within = rounding, flip_ties_within
 
     def placeholder(self, target, args, kwargs):
         v = super().placeholder(target, args, kwargs)
@@ -148,7 +162,7 @@ class _Lockstep(Interpreter):
         k32 = tree_map(lambda v: v.f32 if isinstance(v, _Pair) else v, kwargs)
         k64 = tree_map(lambda v: v.f64 if isinstance(v, _Pair) else v, kwargs)
         if op_name(op) in QUANTIZE_OPS:
-            exact = _exact_quantize(op, a64[0], a64)
+            exact = _exact_quantize(op, a64[0], a64, self.rounding, self.flip_ties_within)
             eager = target(*a32, **k32)
             diff = (eager.to(torch.int64) - exact.to(torch.int64)).abs()
             src = self._current.args[0]
@@ -182,9 +196,15 @@ class _Lockstep(Interpreter):
         )
 
 
-def exact_outputs(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]):
-    """Run a quantized graph in lockstep: (its exactly evaluated outputs, per-quantize records)."""
-    lock = _Lockstep(gm)
+def exact_outputs(
+    gm: torch.fx.GraphModule,
+    inputs: Sequence[torch.Tensor],
+    rounding: str = "half_even",
+    flip_ties_within: Optional[float] = None,
+):
+    """Run a quantized graph in lockstep: (its exactly evaluated outputs, per-quantize records).
+    ``rounding`` and ``flip_ties_within``: how each quantize rounds (``_round``)."""
+    lock = _Lockstep(gm, rounding, flip_ties_within)
     out = lock.run(*inputs)
     out = list(out) if isinstance(out, (list, tuple)) else [out]
     return [o.f64 if isinstance(o, _Pair) else o for o in out], lock.ops
