@@ -3,7 +3,7 @@
 runtime and compared with the eager quantized model in LSB.
 
     OMP_NUM_THREADS=1 python bench/upstream_op_tests.py --ops add,avg_pool2d --targets u55,u85
-    python bench/upstream_op_tests.py --list --ops add        # the collected cases, nothing run
+    python bench/upstream_op_tests.py --list --ops add        # the cases a run would run
     python bench/upstream_op_tests.py --table                 # per-op markdown table of the results
 
 Collecting. Each upstream test function is called for real, with upstream's pipeline classes
@@ -46,7 +46,8 @@ output without one (integer, bool, float computed on the CPU) is compared in abs
 Non-tensor test inputs (``dim``, ``index`` ...) are bound into the module as constants.
 
 Results are JSON lines appended to ``--results`` (default bench/results/upstream_op_tests.jsonl);
-a rerun skips the cases already there, so an interrupted run resumes.
+a rerun skips the cases already there, so an interrupted run resumes (``--redo REGEX`` runs
+matching cases again; the newest record of a case is the one counted).
 """
 
 from __future__ import annotations
@@ -352,14 +353,17 @@ def collect(
 
 
 def _bound(module, test_data) -> Tuple[Any, Tuple[Any, ...]]:
-    """(module, tensor inputs): non-tensor inputs are bound into the module as constants, so the
-    exported program's inputs are the tensors alone."""
+    """(module, tensor inputs): the tensors of ``test_data`` (also those inside tuples and lists:
+    ``cat``'s ``((x, y), dim)``, ``index_put``'s indices) become the program's inputs, anything
+    else is bound into the module as a constant."""
     import torch
+    from torch.utils._pytree import tree_flatten, tree_unflatten
 
     data = test_data if isinstance(test_data, tuple) else (test_data,)
     if all(isinstance(t, torch.Tensor) for t in data):
         return module, data
-    slots = [isinstance(t, torch.Tensor) for t in data]
+    leaves, spec = tree_flatten(data)
+    slots = [isinstance(t, torch.Tensor) for t in leaves]
 
     class Bound(torch.nn.Module):
         def __init__(self):
@@ -368,10 +372,10 @@ def _bound(module, test_data) -> Tuple[Any, Tuple[Any, ...]]:
 
         def forward(self, *tensors):
             it = iter(tensors)
-            args = [next(it) if s else c for s, c in zip(slots, data)]
+            args = tree_unflatten([next(it) if s else c for s, c in zip(slots, leaves)], spec)
             return self.inner(*args)
 
-    return Bound(), tuple(t for t in data if isinstance(t, torch.Tensor))
+    return Bound(), tuple(t for t in leaves if isinstance(t, torch.Tensor))
 
 
 def materialize(case: Case) -> Tuple[Any, Tuple[Any, ...]]:
@@ -510,11 +514,25 @@ def _worker(tasks, results) -> None:
     torch.set_num_threads(1)
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
+    commit = _commit()
     while True:
         item = tasks.get()
         if item is None:
             return
-        results.put(run_case(Case(**item)))
+        results.put({**run_case(Case(**item)), "commit": commit})
+
+
+def _commit() -> str:
+    """The checkout's HEAD when the worker imported ethosu_ng (the code a record measured)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
+        return out.stdout.strip()
+    except OSError:
+        return ""
 
 
 class _Pool:
@@ -724,7 +742,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--limit", type=int, help="run at most N cases (new ones)")
     ap.add_argument("--per-op", type=int, help="run at most N new cases per op and target")
     ap.add_argument("--table", action="store_true", help="print the table of the results")
-    ap.add_argument("--list", action="store_true", help="print the collected cases")
+    ap.add_argument("--list", action="store_true", help="print the cases to run; run nothing")
     ap.add_argument("--results", default=DEFAULT_RESULTS)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per case")
     ap.add_argument("--cases-per-worker", type=int, default=20)
@@ -735,6 +753,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="upstream expectations to run (pass,xfail,not_delegated,skip)",
     )
     ap.add_argument("--order", choices=("file", "spread"), default="spread")
+    ap.add_argument(
+        "--redo", help="regex: run the matching cases again although recorded (the newest counts)"
+    )
     args = ap.parse_args(argv)
     ops = [o.strip() for o in args.ops.split(",")] if args.ops else None
     targets = [t.strip() for t in args.targets.split(",")]
@@ -759,13 +780,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for where, why in errors.items():
         print(f"not collected: {where}: {why}", file=sys.stderr)
     selected = _select(cases, targets, args.all_variants, args.expect.split(","))
-    if args.list:
-        for c in selected:
-            print(f"{c.key}  expect={c.expect} variant={c.variant} module={c.module}")
-        print(f"{len(selected)} of {len(cases)} collected cases", file=sys.stderr)
-        return 0
     done = load_results(args.results)
-    todo = [c for c in selected if c.key not in done]
+    redo = re.compile(args.redo) if args.redo else None
+    todo = [c for c in selected if c.key not in done or (redo and redo.search(c.key))]
+    recorded = len(selected) - len(todo)
     if args.order == "spread":
         todo = _interleave(todo)
     if args.per_op:
@@ -779,10 +797,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.limit is not None:
         todo = todo[: args.limit]
     print(
-        f"{len(selected)} cases selected, {len(selected) - len(todo)} already recorded "
-        f"or left out, {len(todo)} to run",
+        f"{len(cases)} cases collected, {len(selected)} selected, {recorded} already recorded, "
+        f"{len(todo)} to run",
         file=sys.stderr,
     )
+    if args.list:
+        for c in todo:
+            print(f"{c.key}  expect={c.expect} variant={c.variant} module={c.module}")
+        return 0
     pool = _Pool(args.cases_per_worker)
     try:
         for k, case in enumerate(todo):
