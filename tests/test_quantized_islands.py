@@ -90,7 +90,10 @@ def test_idiom_is_one_partition_with_nothing_float_on_cpu(idiom, target):
     make, shape = IDIOMS[idiom]
     torch.manual_seed(0)
     x = _batch(shape, 0)
-    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    # What is checked here is the annotation. The verified compile is off: on U55 Vela 5.1
+    # miscompiles the first linear of some of these (1, 4, 8) graphs, which it would move to the
+    # CPU (tests/test_verified_compile.py pins that).
+    spec = EthosUNGCompileSpec(target, embed_tosa=True, verify_npu=False)
     # int8 program IO: with no IO quantize on the CPU, any CPU op is a float op of the idiom.
     q = quantize(
         make().eval(),

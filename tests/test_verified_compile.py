@@ -290,3 +290,25 @@ def test_near_ties_carried_by_a_later_op_are_not_a_deviation(monkeypatch):
     monkeypatch.setattr(verify_lowering, "NEAR_TIE", 0.0)
     with pytest.raises(verify_lowering.LoweringDeviation, match="by 2 LSB"):
         _lower(TokenMixer(), x, spec, [x])
+
+
+def test_vela_linear_over_a_reshaped_ifm_is_caught():
+    """Vela 5.1 on ethos-u55-128, linear -> clamp_min -> linear over (1, 4, 8) with int8 program
+    IO (tests/test_quantized_islands.py's idiom): the first linear's kernel reads its IFM as two
+    rows 16 bytes apart with IFM_PAD_BOTTOM 2 (input rows 0 and 2; rows 1 and 3 never read, OFM
+    rows 2 and 3 from padding), where TOSA computes every row: Vela views the tensor as the second
+    linear's 2x2 map. The verified compile finds the second linear responsible and moves it to
+    the CPU; what stays on the NPU runs bit-exact."""
+    from test_quantized_islands import IDIOMS, _batch
+
+    make, shape = IDIOMS["clamp_min"]
+    torch.manual_seed(0)
+    x = _batch(shape, 0)
+    spec = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True)
+    calib = [_batch(shape, k) for k in range(1, 5)]
+    q = quantize(make().eval(), x, spec, calibration=calib, input_dtype=torch.int8,
+                 output_dtype=torch.int8)  # fmt: skip
+    edge, part = lower(q, x, spec)
+    moved = part.report.compiler_fallback
+    assert any("NPU model differs from TOSA" in why for why in moved.values()), moved
+    _check_shipped(edge, (x[0].clamp(-1, 1).mul(100).to(torch.int8),), [], "ethos-u55-128")
