@@ -479,6 +479,12 @@ def run_case(case: Case, timings: bool = True) -> Dict[str, Any]:
         rec["delegated"] = bool(report.partitions)
         cpu = sorted({op for op in report.cpu_targets.values() if is_compute(op)})
         rec["cpu_ops"] = cpu
+        # Why each CPU op stayed there (the partitioner's first reason for a node of that op).
+        why: Dict[str, str] = {}
+        for node, op in report.cpu_targets.items():
+            if is_compute(op) and op not in why:
+                why[op] = str(report.cpu_reasons.get(node, ""))[:200]
+        rec["cpu_reasons"] = why
         rec["fully_delegated"] = rec["delegated"] and not cpu
         rec["compiler_fallback"] = len(report.compiler_fallback)
         ioq = io_quantization(edge)
