@@ -515,3 +515,26 @@ def test_ifm_padding_over_the_full_field_range(pads):
         msg = str(e)
     assert ("IFM padding (" in msg) == (not fits), (chosen, msg)
     assert fits or "IFM_PAD_TOP/LEFT are 7-bit fields (0..127), IFM_PAD_BOTTOM/RIGHT 8-bit" in msg
+
+
+@pytest.mark.parametrize(
+    ("value", "code", "needle"), [(2, 0x10, "FP_S5_10"), (3, 0x23, "reserved")]
+)
+def test_acc_format_is_read_not_ignored(value, code, needle):
+    """ACC_FORMAT 0/1 (integer accumulators) run; FP_S5_10 is NotSupported and 3 reserved, each
+    naming the register, instead of running with an accumulator the stream did not ask for."""
+    ACC_FORMAT = 0x124  # NPU_SET_ACC_FORMAT
+    _, blobs, _ = _compiled("conv_relu", "ethos-u55-128")
+    blob = blobs[0]
+    start, words = cmd_stream(blob.command_stream)
+    payload = bytearray(blob.command_stream)
+    seen = 0
+    for _, at, op, is1, _, _ in commands(words):
+        if not is1 and op == ACC_FORMAT:
+            w = struct.unpack_from("<I", payload, 4 * (start + at))[0]
+            struct.pack_into("<I", payload, 4 * (start + at), (w & 0xFFFF) | value << 16)
+            seen += 1
+    assert seen
+    with pytest.raises(rt.NpuModelError, match=rf"ACC_FORMAT.*{needle}") as e:
+        rt.npu_model_run(bytes(payload), blob.weights, bytearray(blob.scratch_size))
+    assert e.value.code == code

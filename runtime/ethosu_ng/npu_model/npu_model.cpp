@@ -233,6 +233,19 @@ class Model {
     }
     return Error::Ok;
   }
+  // ACC_FORMAT (ethos_u55_regs.acc_format): 0 32-bit and 1 40-bit integer accumulators, which
+  // the model holds in 64 bits (exact while a sum fits the format); 2 is FP_S5_10.
+  Error check_acc_format() {
+    const uint16_t acc = p0(SET_ACC_FORMAT);
+    if (acc > 2) {
+      return fail(Error::InvalidProgram,
+                  "ACC_FORMAT %u: reserved value (0 INT_32BIT, 1 INT_40BIT, 2 FP_S5_10)", acc);
+    }
+    if (acc == 2) {
+      return fail(Error::NotSupported, "ACC_FORMAT 2 (FP_S5_10 accumulator) not modelled");
+    }
+    return Error::Ok;
+  }
   Error op_conv(bool depthwise);
   Error op_pool();
   Error op_elementwise();
@@ -410,16 +423,20 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
           // completion in order, so there is nothing to wait for.
           break;
         case OP_CONV:
-          e = op_conv(false);
+          e = check_acc_format();
+          e = e == Error::Ok ? op_conv(false) : e;
           break;
         case OP_DEPTHWISE:
-          e = op_conv(true);
+          e = check_acc_format();
+          e = e == Error::Ok ? op_conv(true) : e;
           break;
         case OP_POOL:
-          e = op_pool();
+          e = check_acc_format();
+          e = e == Error::Ok ? op_pool() : e;
           break;
         case OP_ELEMENTWISE:
-          e = op_elementwise();
+          e = check_acc_format();
+          e = e == Error::Ok ? op_elementwise() : e;
           break;
         case OP_DMA_START:
           e = op_dma();
