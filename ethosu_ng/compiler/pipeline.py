@@ -113,7 +113,8 @@ class _Pending:
     vela: Future[VelaResult]
     op_sources: List[dict]  # upstream's record of which FX node each TOSA operator came from
     reference: Optional[verify_npu.Reference] = None  # the TOSA run the verified compile needs
-    quantized: Optional[torch.fx.GraphModule] = None  # the partition as quantized, unlowered
+    # The partition as quantized, unlowered (or why it could not be made runnable).
+    quantized: Union[torch.fx.GraphModule, Exception, None] = None
     exact: Optional[Future] = None  # its exact evaluation on the reference's samples
 
 
@@ -128,7 +129,12 @@ def _start(
     # which only a rank-4 output with a consumer inside the partition can need.
     pristine = copy.deepcopy(program) if may_drop_output(program) else None
     # The lowering edits the program; the verified compile needs the partition as quantized.
-    quantized = program.module() if spec.verify_lowering else None
+    quantized = None
+    if spec.verify_lowering:
+        try:
+            quantized = program.module()
+        except Exception as e:  # noqa: BLE001  (the verdict says it was skipped, and why)
+            quantized = e
     _drop_provenance(program)
     try:
         tosa, op_sources = lower(program, spec, name)
@@ -154,7 +160,10 @@ def _start_checks(p: _Pending, tosa: bytes, spec: EthosUNGCompileSpec) -> None:
     spec_inputs = p.declared.inputs
     tosa_ins = tosa_io(tosa)[0]
     p.reference = verify_npu.start_reference(tosa, spec_inputs, tosa_ins, spec)
-    if p.quantized is not None and len(tosa_ins) == len(spec_inputs):
+    if isinstance(p.quantized, Exception):
+        p.exact = Future()
+        p.exact.set_exception(p.quantized)
+    elif p.quantized is not None and len(tosa_ins) == len(spec_inputs):
         laid_out = [
             replace(d, dim_order=npu_dim_order(d, t) or d.dim_order)
             for d, t in zip(spec_inputs, tosa_ins)
