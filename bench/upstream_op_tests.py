@@ -402,6 +402,44 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}"[:300]
 
 
+@contextlib.contextmanager
+def _native_stderr():
+    """Capture what native code writes to fd 2 (ExecuTorch's log) while the block runs; yields a
+    function returning it. Still echoed afterwards, so a run's log keeps it."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as f:
+        os.dup2(f.fileno(), 2)
+        text: List[str] = []
+
+        def said() -> str:
+            if not text:
+                f.flush()
+                f.seek(0)
+                text.append(f.read().decode(errors="replace"))
+            return text[0]
+
+        try:
+            yield said
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.write(2, said().encode())
+
+
+def _first_failure(log: str) -> str:
+    """The line of an ExecuTorch log that names the cause (a failed check or a delegate's own
+    error), without its source-location prefix."""
+    lines = [re.sub(r"^\[[^\]]*\]\s*", "", s).strip() for s in log.splitlines()]
+    for pattern in ("Check failed", "callback failed", "failed", "rror"):
+        for s in lines:
+            if pattern in s:
+                return s[:160]
+    return ""
+
+
 def _outputs(x) -> List[Any]:
     import torch
     from torch.utils._pytree import tree_leaves
@@ -491,7 +529,12 @@ def run_case(case: Case, timings: bool = True) -> Dict[str, Any]:
         stage = "serialize"
         pte = edge.to_executorch().buffer
         stage = "run"
-        got = _outputs(run_pte(pte, list(inputs)))
+        with _native_stderr() as said:
+            try:
+                got = _outputs(run_pte(pte, list(inputs)))
+            except Exception as e:
+                # The runtime's exception says only "failed with error 0x12"; its log says why.
+                raise RuntimeError(f"{_one_line(e)} [{_first_failure(said())}]") from e
         rec["host_run"] = True
         stage = "compare"
         with torch.no_grad():
