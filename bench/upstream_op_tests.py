@@ -534,7 +534,8 @@ def run_case(case: Case, timings: bool = True) -> Dict[str, Any]:
                 got = _outputs(run_pte(pte, list(inputs)))
             except Exception as e:
                 # The runtime's exception says only "failed with error 0x12"; its log says why.
-                raise RuntimeError(f"{_one_line(e)} [{_first_failure(said())}]") from e
+                msg = _one_line(e).split(": ", 1)[-1]
+                raise RuntimeError(f"{msg} [{_first_failure(said())}]") from e
         rec["host_run"] = True
         stage = "compare"
         with torch.no_grad():
