@@ -20,14 +20,15 @@ is kept. The parametrization is read from the ``pytest.mark.parametrize`` that u
 failure is a ``xfail`` mark on the param (or on the function, except the ``XfailIfNoCorstone*``
 marks, which only say an FVP is missing).
 
-A case is ``file::function[param]`` on one target (u55, u65 or u85, from the pipeline class or
-the function name). Each case has an upstream expectation: ``pass``, ``xfail`` (marked expected
-failure), ``not_delegated`` (upstream asserts the op is *not* delegated, ``OpNotSupportedPipeline``)
-or ``skip``; and a variant: ``int8`` (upstream's default symmetric int8), ``a16w8`` (16-bit
-activations), ``a8w4`` (4-bit weights), ``custom`` (the test sets its own quantizer config) or
-``dynamic`` (dynamic shapes). ethosu_ng
-quantizes int8 with its own quantizer whatever the variant, so only ``int8`` cases run unless
-``--all-variants``: the others would repeat an int8 case's module and inputs.
+A case is ``file::function[param]`` on one target (u55, u65 or u85): the pipeline class's
+target where it has one, as upstream would lower it (``test_acosh_u85_INT_xfail`` builds a U55
+pipeline), else the function name's. Each case has an upstream expectation: ``pass``, ``xfail``
+(marked expected failure), ``not_delegated`` (upstream asserts the op is *not* delegated:
+``OpNotSupportedPipeline``, or an ``ArmTester`` test named so) or ``skip``; and a variant:
+``int8`` (upstream's default symmetric int8), ``a16w8`` (16-bit activations), ``a8w4`` (4-bit
+weights), ``custom`` (the test sets its own quantizer config) or ``dynamic`` (dynamic shapes).
+ethosu_ng quantizes int8 with its own quantizer whatever the variant, so only ``int8`` cases run
+unless ``--all-variants``: the others would repeat an int8 case's module and inputs.
 
 Running. Each case runs in a *spawned* worker (a fresh interpreter: never forked from a process
 in which torch ran ops, whose OpenMP pool the child would wait on forever). The parent gives a
@@ -40,7 +41,8 @@ re-collected from upstream's file (seeded, so the inputs are the same every run)
 ``ethosu_ng.export.lower`` (``EthosUNGCompileSpec(target, embed_tosa=True)``), serialized and
 run with ``ethosu_ng.runtime.run_pte`` (U55/U65: Vela's stream on the NPU model; U85: the TOSA
 reference model), and each output is compared with the quantized GraphModule's output on the
-same inputs: ``|pte - eager quantized| / scale``, the scale being the output's quantization grid
+same inputs: ``|pte - eager quantized| / scale`` counted in whole grid steps, the scale being
+the output's quantization grid
 (``io_quantization(edge).outputs[k].grid_scale``, as ``ethosu-ng verify`` measures it); an
 output without one (integer, bool, float computed on the CPU) is compared in absolute units.
 Non-tensor test inputs (``dim``, ``index`` ...) are bound into the module as constants.
