@@ -486,24 +486,7 @@ def run_case(case: Case, timings: bool = True) -> Dict[str, Any]:
     from ethosu_ng.ops import is_compute
     from ethosu_ng.runtime import run_pte
 
-    rec: Dict[str, Any] = {
-        "key": case.key,
-        **dataclasses.asdict(case),
-        "op": case.op,
-        "target_name": TARGETS[case.target],
-        "lowered": False,
-        "delegated": False,
-        "fully_delegated": False,
-        "host_run": False,
-        "bit_exact": False,
-        "within_1lsb": False,
-        "max_lsb": None,
-        "unit": None,
-        "partitions": 0,
-        "cpu_ops": [],
-        "stage": None,
-        "reason": "",
-    }
+    rec = _blank_record(case)
     t0 = time.monotonic()
     stage = "collect"
     try:
@@ -637,7 +620,8 @@ class _Pool:
                 return _failed(case, "timeout", f"no result in {timeout:.0f} s", waited)
 
 
-def _failed(case: Case, stage: str, reason: str, seconds: float) -> Dict[str, Any]:
+def _blank_record(case: Case) -> Dict[str, Any]:
+    """A case's record before any stage has run."""
     return {
         "key": case.key,
         **dataclasses.asdict(case),
@@ -653,10 +637,13 @@ def _failed(case: Case, stage: str, reason: str, seconds: float) -> Dict[str, An
         "unit": None,
         "partitions": 0,
         "cpu_ops": [],
-        "stage": stage,
-        "reason": reason,
-        "seconds": round(seconds, 2),
+        "stage": None,
+        "reason": "",
     }
+
+
+def _failed(case: Case, stage: str, reason: str, seconds: float) -> Dict[str, Any]:
+    return {**_blank_record(case), "stage": stage, "reason": reason, "seconds": round(seconds, 2)}
 
 
 # ----------------------------------------------------------------------------- results
