@@ -312,3 +312,36 @@ def test_vela_linear_over_a_reshaped_ifm_is_caught():
     moved = part.report.compiler_fallback
     assert any("NPU model differs from TOSA" in why for why in moved.values()), moved
     _check_shipped(edge, (x[0].clamp(-1, 1).mul(100).to(torch.int8),), [], "ethos-u55-128")
+
+
+def test_a_deviation_another_vela_schedule_fixes_ships_that_schedule(monkeypatch):
+    """The retry path: a stream wrong only under the default schedule (planted: one weight byte
+    flipped unless ``--optimise`` is among the flags) is compiled again with
+    ``RETRY_VELA_FLAGS``; the verified stream ships, nothing moves to the CPU, and the verdict
+    names the flags."""
+    from ethosu_ng.compiler.pipeline import RETRY_VELA_FLAGS
+
+    real = vela_compiler.compile_tosa
+
+    def wrong_by_default(tosa, spec, partition="delegate"):
+        r = real(tosa, spec, partition)
+        if "--optimise" not in spec.extra_vela_flags:
+            w = bytearray(r.weights)
+            w[len(w) // 2] ^= 0x10
+            r.weights = bytes(w)
+        return r
+
+    monkeypatch.setattr(vela_compiler, "compile_tosa", wrong_by_default)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU())
+    x = (torch.randn(1, 3, 8, 8),)
+    spec = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True, vela_workers=1)
+    edge, part = _lower(model, x, spec, [x])
+    assert part.report.partitions and not part.report.compiler_fallback
+    (v,) = [
+        m.meta["_delegate_info_meta"].npu_verification
+        for _, m in edge.exported_program().graph_module.named_children()
+        if hasattr(m, "processed_bytes")
+    ]
+    assert v.status == "verified" and v.retried_with == list(RETRY_VELA_FLAGS[0]), v
+    _check_shipped(edge, x, [], "ethos-u55-128")
