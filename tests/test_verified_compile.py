@@ -345,3 +345,34 @@ def test_a_deviation_another_vela_schedule_fixes_ships_that_schedule(monkeypatch
     ]
     assert v.status == "verified" and v.retried_with == list(RETRY_VELA_FLAGS[0]), v
     _check_shipped(edge, x, [], "ethos-u55-128")
+
+
+def test_no_verification_run_outlives_a_failed_compile(monkeypatch):
+    """A partition Vela fails on never takes its verdict; its reference and exact runs are
+    settled before ``compile_partitions`` returns, so no child process keeps running into what
+    the exporter does next (a later compile's zygotes, a test's)."""
+    from ethosu_ng.compiler import pipeline
+    from ethosu_ng.vela.compiler import VelaError
+
+    def fails(tosa, spec, partition="delegate"):
+        raise VelaError(partition, spec.target, "planted failure", "-")
+
+    started = []
+    real_start = pipeline._start
+
+    def recording(*a, **k):
+        started.append(real_start(*a, **k))
+        return started[-1]
+
+    monkeypatch.setattr(vela_compiler, "compile_tosa", fails)
+    monkeypatch.setattr(pipeline, "_start", recording)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU())
+    x = (torch.randn(1, 3, 8, 8),)
+    spec = EthosUNGCompileSpec("ethos-u55-128", cpu_fallback=False, vela_workers=1)
+    with pytest.raises(VelaError, match="planted failure"):
+        _lower(model, x, spec, [x])
+    assert started
+    for p in started:
+        assert p.reference is not None and p.reference.outputs.done()
+        assert p.exact is not None and p.exact.done()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import List, Optional, Sequence, Set, Tuple, Union
 
@@ -245,6 +245,11 @@ def _verified(p: _Pending, tosa, vela, io, spec, tosa_ins, tosa_outs, nhwc):
         raise first
 
 
+def _settle(f: Optional[Future]) -> None:
+    if f is not None and not f.cancel():
+        wait([f])
+
+
 def compile_partitions(
     programs: Sequence[Tuple[str, ExportedProgram]],
     spec: EthosUNGCompileSpec,
@@ -270,6 +275,11 @@ def compile_partitions(
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        # No verification run outlives the call: one not started is dropped, one running (its
+        # partition failed before its verdict was taken) is waited for.
+        for p in pending:
+            _settle(p.reference.outputs if p.reference is not None else None)
+            _settle(p.exact)
     logger.info(
         "compiled %d partition(s) for %s in %.1f s (%d Vela worker(s))",
         len(programs),
