@@ -121,22 +121,28 @@ def test_strict_makes_the_deviation_an_export_error():
         _lower(ConvSplitBmm(), x, spec, [x])
 
 
+def _flip_a_weight_byte(r):
+    w = bytearray(r.weights)
+    w[len(w) // 2] ^= 0x10  # inside the weight stream, after its header
+    r.weights = bytes(w)
+    return r
+
+
+def _conv_relu():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU()), (torch.randn(1, 3, 8, 8),)
+
+
 def test_a_planted_wrong_stream_is_caught(monkeypatch):
     """One weight byte flipped after Vela: the verified compile sees the stream compute something
     else than TOSA and does not ship it (strict: the error names the partition and output)."""
     real = vela_compiler.compile_tosa
 
     def flipped(tosa, spec, partition="delegate"):
-        r = real(tosa, spec, partition)
-        w = bytearray(r.weights)
-        w[len(w) // 2] ^= 0x10  # inside the weight stream, after its header
-        r.weights = bytes(w)
-        return r
+        return _flip_a_weight_byte(real(tosa, spec, partition))
 
     monkeypatch.setattr(vela_compiler, "compile_tosa", flipped)
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU())
-    x = (torch.randn(1, 3, 8, 8),)
+    model, x = _conv_relu()
     spec = EthosUNGCompileSpec("ethos-u55-128", strict=True, vela_workers=1)
     with pytest.raises(verify_npu.NpuDeviation, match="at output 0") as e:
         _lower(model, x, spec, [x])
@@ -325,16 +331,10 @@ def test_a_deviation_another_vela_schedule_fixes_ships_that_schedule(monkeypatch
 
     def wrong_by_default(tosa, spec, partition="delegate"):
         r = real(tosa, spec, partition)
-        if "--optimise" not in spec.extra_vela_flags:
-            w = bytearray(r.weights)
-            w[len(w) // 2] ^= 0x10
-            r.weights = bytes(w)
-        return r
+        return r if "--optimise" in spec.extra_vela_flags else _flip_a_weight_byte(r)
 
     monkeypatch.setattr(vela_compiler, "compile_tosa", wrong_by_default)
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU())
-    x = (torch.randn(1, 3, 8, 8),)
+    model, x = _conv_relu()
     spec = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True, vela_workers=1)
     edge, part = _lower(model, x, spec, [x])
     assert part.report.partitions and not part.report.compiler_fallback
