@@ -1,0 +1,620 @@
+// SPDX-License-Identifier: Apache-2.0
+// Ethos-U55/U65 functional model, front end: driver payload parser, command
+// decoding, register state, regions and bounds checks, feature-map access and
+// the output stage. See npu_model.h, model.h and docs/npu-model.md.
+#include <ethosu_ng/npu_model/model.h>
+
+#include <algorithm>
+
+namespace ethosu_ng {
+namespace npu_model {
+
+// ------------------------------------------------------------------ names
+const char* cmd0_name(uint16_t op) {
+  switch (op) {
+#define N(x) \
+  case x:    \
+    return "NPU_" #x;
+    N(OP_STOP) N(OP_IRQ) N(OP_CONV) N(OP_DEPTHWISE) N(OP_POOL) N(OP_ELEMENTWISE)
+    N(OP_DMA_START) N(OP_DMA_WAIT) N(OP_KERNEL_WAIT) N(OP_PMU_MASK)
+    N(SET_IFM_PAD_TOP) N(SET_IFM_PAD_LEFT) N(SET_IFM_PAD_RIGHT) N(SET_IFM_PAD_BOTTOM)
+    N(SET_IFM_DEPTH_M1) N(SET_IFM_PRECISION) N(SET_IFM_UPSCALE) N(SET_IFM_ZERO_POINT)
+    N(SET_IFM_WIDTH0_M1) N(SET_IFM_HEIGHT0_M1) N(SET_IFM_HEIGHT1_M1) N(SET_IFM_IB_END)
+    N(SET_IFM_REGION) N(SET_OFM_WIDTH_M1) N(SET_OFM_HEIGHT_M1) N(SET_OFM_DEPTH_M1)
+    N(SET_OFM_PRECISION) N(SET_OFM_BLK_WIDTH_M1) N(SET_OFM_BLK_HEIGHT_M1)
+    N(SET_OFM_BLK_DEPTH_M1) N(SET_OFM_ZERO_POINT) N(SET_OFM_WIDTH0_M1)
+    N(SET_OFM_HEIGHT0_M1) N(SET_OFM_HEIGHT1_M1) N(SET_OFM_REGION)
+    N(SET_KERNEL_WIDTH_M1) N(SET_KERNEL_HEIGHT_M1) N(SET_KERNEL_STRIDE)
+    N(SET_PARALLEL_MODE) N(SET_ACC_FORMAT) N(SET_ACTIVATION) N(SET_ACTIVATION_MIN)
+    N(SET_ACTIVATION_MAX) N(SET_WEIGHT_REGION) N(SET_SCALE_REGION) N(SET_AB_START)
+    N(SET_BLOCKDEP) N(SET_DMA0_SRC_REGION) N(SET_DMA0_DST_REGION) N(SET_DMA0_SIZE0)
+    N(SET_DMA0_SIZE1) N(SET_IFM2_BROADCAST) N(SET_IFM2_SCALAR) N(SET_IFM2_PRECISION)
+    N(SET_IFM2_ZERO_POINT) N(SET_IFM2_WIDTH0_M1) N(SET_IFM2_HEIGHT0_M1)
+    N(SET_IFM2_HEIGHT1_M1) N(SET_IFM2_IB_START) N(SET_IFM2_REGION)
+#undef N
+    default:
+      return nullptr;
+  }
+}
+
+const char* cmd1_name(uint16_t op) {
+  switch (op) {
+#define N(x) \
+  case x:    \
+    return "NPU_" #x;
+    N(SET_IFM_BASE0) N(SET_IFM_BASE1) N(SET_IFM_BASE2) N(SET_IFM_BASE3)
+    N(SET_IFM_STRIDE_X) N(SET_IFM_STRIDE_Y) N(SET_IFM_STRIDE_C) N(SET_OFM_BASE0)
+    N(SET_OFM_BASE1) N(SET_OFM_BASE2) N(SET_OFM_BASE3) N(SET_OFM_STRIDE_X)
+    N(SET_OFM_STRIDE_Y) N(SET_OFM_STRIDE_C) N(SET_WEIGHT_BASE) N(SET_WEIGHT_LENGTH)
+    N(SET_SCALE_BASE) N(SET_SCALE_LENGTH) N(SET_OFM_SCALE) N(SET_OPA_SCALE)
+    N(SET_OPB_SCALE) N(SET_DMA0_SRC) N(SET_DMA0_DST) N(SET_DMA0_LEN) N(SET_DMA0_SKIP0)
+    N(SET_DMA0_SKIP1) N(SET_IFM2_BASE0) N(SET_IFM2_BASE1) N(SET_IFM2_BASE2)
+    N(SET_IFM2_BASE3) N(SET_IFM2_STRIDE_X) N(SET_IFM2_STRIDE_Y) N(SET_IFM2_STRIDE_C)
+    N(SET_WEIGHT1_BASE) N(SET_WEIGHT1_LENGTH) N(SET_SCALE1_BASE) N(SET_SCALE1_LENGTH)
+#undef N
+    default:
+      return nullptr;
+  }
+}
+
+namespace detail {
+
+// Driver-action tags of the payload (Vela driver_actions.py, and the core
+// driver that consumes them).
+constexpr uint32_t kFourccCop1 = 0x31504f43u; // "COP1"
+constexpr uint8_t kDaReserved = 0x00;
+constexpr uint8_t kDaConfig = 0x01;
+constexpr uint8_t kDaCmdStream = 0x02;
+constexpr uint8_t kDaReadApb = 0x03;
+constexpr uint8_t kDaDumpShram = 0x04;
+constexpr uint8_t kDaNop = 0x05;
+
+// 128-bit product: accumulators reach 40 bits and scales 32.
+int64_t scale_round(int64_t v, uint32_t scale, int shift, int mode) {
+  __int128 p = static_cast<__int128>(v) * scale;
+  if (shift > 0) {
+    switch (mode) {
+      case kRoundTruncate:
+        p = p >= 0 ? (p >> shift) : -((-p) >> shift);
+        break;
+      case kRoundNatural:
+        p = (p + (static_cast<__int128>(1) << (shift - 1))) >> shift;
+        break;
+      case kRoundDbl:
+      default: { // TOSA apply_scale_32 with double_round
+        __int128 r = static_cast<__int128>(1) << (shift - 1);
+        if (shift > 31) {
+          r += v >= 0 ? (__int128{1} << 30) : -(__int128{1} << 30);
+        }
+        p = (p + r) >> shift;
+        break;
+      }
+    }
+  }
+  const __int128 lim = static_cast<__int128>(1) << 62;
+  if (p > lim) {
+    p = lim;
+  } else if (p < -lim) {
+    p = -lim;
+  }
+  return static_cast<int64_t>(p);
+}
+
+// ------------------------------------------------------------ payload
+Error Model::run(const uint8_t* payload, size_t size) {
+  if (payload == nullptr || size < 4 || size % 4 != 0) {
+    return fail(Error::InvalidProgram,
+                "driver payload of %zu bytes: not a whole number of 32-bit words", size);
+  }
+  const size_t nwords = size / 4;
+  auto word = [&](size_t i) {
+    uint32_t w;
+    std::memcpy(&w, payload + 4 * i, 4);
+    return w;
+  };
+  if (word(0) != kFourccCop1) {
+    return fail(Error::InvalidProgram, "driver payload: word 0 is 0x%08x, not the COP1 fourcc",
+                word(0));
+  }
+  bool have_config = false;
+  bool ran_stream = false;
+  size_t i = 1;
+  while (i < nwords) {
+    const uint32_t w = word(i);
+    const uint8_t tag = w & 0xff;
+    const uint32_t reserved = (w >> 8) & 0xff;
+    const uint32_t param = w >> 16;
+    switch (tag) {
+      case kDaConfig: {
+        if (i + 2 >= nwords) {
+          return fail(Error::InvalidProgram,
+                      "driver payload word %zu: optimizer config truncated (%zu words left)", i,
+                      nwords - i - 1);
+        }
+        const uint32_t cfg = word(i + 1);
+        const int macs = cfg & 0xf;
+        const int shram_kb = (cfg >> 8) & 0xff;
+        const int product = (cfg >> 28) & 0xf;
+        if (product > 1 || macs < 5 || macs > 8 || shram_kb < 16 || shram_kb > 96) {
+          return fail(Error::NotSupported,
+                      "driver payload word %zu: optimizer config 0x%08x (product %d, "
+                      "log2 MACs/cc %d, SHRAM %d KiB) is not an Ethos-U55/U65 this model knows",
+                      i, cfg, product, macs, shram_kb);
+        }
+        macs_per_cc_log2_ = macs;
+        shram_.assign(static_cast<size_t>(shram_kb) * 1024, 0);
+        have_config = true;
+        i += 3;
+        break;
+      }
+      case kDaCmdStream: {
+        const size_t len = param | (reserved << 16);
+        if (!have_config) {
+          return fail(Error::InvalidProgram,
+                      "driver payload word %zu: command stream before the optimizer config", i);
+        }
+        if (len > nwords - i - 1) {
+          return fail(Error::InvalidProgram,
+                      "driver payload word %zu: command stream of %zu words, only %zu follow", i,
+                      len, nwords - i - 1);
+        }
+        Error e = execute_stream(payload + 4 * (i + 1), len, 0);
+        if (e != Error::Ok) {
+          return e;
+        }
+        ran_stream = true;
+        i += 1 + len;
+        break;
+      }
+      case kDaNop:
+      case kDaReadApb: // register read-back for the host: nothing to model
+      case kDaDumpShram:
+        ++i;
+        break;
+      case kDaReserved:
+      default:
+        return fail(Error::InvalidProgram,
+                    "driver payload word %zu: unknown driver action 0x%02x (word 0x%08x)", i, tag,
+                    w);
+    }
+  }
+  if (!ran_stream) {
+    return fail(Error::InvalidProgram, "driver payload holds no command stream");
+  }
+  return Error::Ok;
+}
+
+Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_index) {
+  in_stream_ = true;
+  size_t i = 0;
+  size_t index = first_index;
+  while (i < nwords) {
+    uint32_t w;
+    std::memcpy(&w, words + 4 * i, 4);
+    const uint16_t code = w & 0xffff;
+    const uint16_t param = w >> 16;
+    const uint16_t op = code & 0x3ff;
+    const uint16_t ctrl = code >> 14;
+    cmd_index_ = index;
+    cmd_op_ = op;
+    cmd_param_ = param;
+    cmd_payload_buf_[0] = '\0';
+    if (stats_) {
+      ++stats_->commands;
+    }
+    if (ctrl == 1) {
+      cmd_name_ = cmd1_name(op);
+      if (i + 1 >= nwords) {
+        return fail(Error::InvalidProgram, "stream ends before the payload word of a cmd1");
+      }
+      uint32_t data;
+      std::memcpy(&data, words + 4 * (i + 1), 4);
+      snprintf(cmd_payload_buf_, sizeof(cmd_payload_buf_), ", payload 0x%08x", data);
+      if (cmd_name_ == nullptr || (code & 0x3c00) != 0) {
+        return fail(Error::InvalidProgram, "unknown cmd1 opcode (word 0x%08x)", w);
+      }
+      r1_data_[op] = data;
+      r1_param_[op] = param;
+      i += 2;
+    } else if (ctrl == 0) {
+      cmd_name_ = cmd0_name(op);
+      if (cmd_name_ == nullptr || (code & 0x3c00) != 0) {
+        return fail(Error::InvalidProgram, "unknown cmd0 opcode (word 0x%08x)", w);
+      }
+      i += 1;
+      Error e = Error::Ok;
+      switch (op) {
+        case OP_STOP:
+          in_stream_ = false;
+          return Error::Ok;
+        case OP_IRQ:
+        case OP_DMA_WAIT:
+        case OP_KERNEL_WAIT:
+        case OP_PMU_MASK:
+          // Synchronisation and profiling: the model runs every command to
+          // completion in order, so there is nothing to wait for.
+          break;
+        case OP_CONV:
+          e = check_acc_format();
+          e = e == Error::Ok ? op_conv(false) : e;
+          break;
+        case OP_DEPTHWISE:
+          e = check_acc_format();
+          e = e == Error::Ok ? op_conv(true) : e;
+          break;
+        case OP_POOL:
+          e = check_acc_format();
+          e = e == Error::Ok ? op_pool() : e;
+          break;
+        case OP_ELEMENTWISE:
+          e = check_acc_format();
+          e = e == Error::Ok ? op_elementwise() : e;
+          break;
+        case OP_DMA_START:
+          e = op_dma();
+          break;
+        default:
+          r0_[op] = param;
+          break;
+      }
+      if (e != Error::Ok) {
+        return e;
+      }
+    } else {
+      cmd_name_ = nullptr;
+      return fail(Error::InvalidProgram, "invalid command control bits %u (word 0x%08x)", ctrl,
+                  w);
+    }
+    ++index;
+  }
+  in_stream_ = false;
+  return Error::Ok;
+}
+
+// ------------------------------------------------------------- memory
+Error Model::region_span(int region, uint64_t addr, uint64_t len, bool write, const char* what,
+                         uint8_t** out) {
+  uint8_t* base = nullptr;
+  size_t size = 0;
+  switch (region) {
+    case 0:
+      if (write) {
+        return fail(Error::InvalidProgram,
+                    "%s: write to region 0 (weights are read-only) at 0x%llx (+%llu)", what,
+                    static_cast<unsigned long long>(addr), static_cast<unsigned long long>(len));
+      }
+      base = const_cast<uint8_t*>(regions_.weights);
+      size = regions_.weights_size;
+      break;
+    case 1:
+      base = regions_.scratch;
+      size = regions_.scratch_size;
+      break;
+    case 2:
+      base = regions_.fast_scratch;
+      size = regions_.fast_scratch_size;
+      break;
+    default:
+      return fail(Error::InvalidProgram, "%s: region %d is not provided (only 0, 1, 2)", what,
+                  region);
+  }
+  if (base == nullptr || addr > size || len > size - addr) {
+    return fail(Error::InvalidProgram,
+                "%s: address 0x%llx (+%llu bytes) outside region %d of %zu bytes", what,
+                static_cast<unsigned long long>(addr), static_cast<unsigned long long>(len),
+                region, size);
+  }
+  *out = base + addr;
+  return Error::Ok;
+}
+
+// Reads the registers of one feature map. IFM/IFM2 extents are set by the
+// caller; the OFM's come from its registers.
+Error Model::feature_map(FeatureMap& f, bool ifm2, bool ofm) {
+  uint16_t prec;
+  if (ofm) {
+    f.name = "OFM";
+    f.region = p0(SET_OFM_REGION) & 0x7;
+    f.base[0] = a1(SET_OFM_BASE0);
+    f.base[1] = a1(SET_OFM_BASE1);
+    f.base[2] = a1(SET_OFM_BASE2);
+    f.base[3] = a1(SET_OFM_BASE3);
+    f.h0 = p0(SET_OFM_HEIGHT0_M1) + 1;
+    f.h1 = p0(SET_OFM_HEIGHT1_M1) + 1;
+    f.w0 = p0(SET_OFM_WIDTH0_M1) + 1;
+    f.h = p0(SET_OFM_HEIGHT_M1) + 1;
+    f.w = p0(SET_OFM_WIDTH_M1) + 1;
+    f.c = p0(SET_OFM_DEPTH_M1) + 1;
+    f.sx = static_cast<int64_t>(a1(SET_OFM_STRIDE_X));
+    f.sy = static_cast<int64_t>(a1(SET_OFM_STRIDE_Y));
+    f.sc = static_cast<int64_t>(a1(SET_OFM_STRIDE_C));
+    prec = p0(SET_OFM_PRECISION);
+    f.is_signed = prec & 1;
+    const int p = (prec >> 1) & 3;
+    if (p == 3) {
+      return fail(Error::NotSupported, "OFM_PRECISION 0x%04x: 64-bit OFM not modelled", prec);
+    }
+    f.bits = 8 << p;
+    f.brick = ((prec >> 6) & 3) == 1;
+    if (((prec >> 6) & 3) > 1) {
+      return fail(Error::InvalidProgram, "OFM_PRECISION 0x%04x: reserved format", prec);
+    }
+    const uint16_t zp = p0(SET_OFM_ZERO_POINT);
+    f.zp = f.is_signed ? static_cast<int16_t>(zp) : zp;
+  } else {
+    f.name = ifm2 ? "IFM2" : "IFM";
+    f.region = (ifm2 ? p0(SET_IFM2_REGION) : p0(SET_IFM_REGION)) & 0x7;
+    const Cmd1 b0 = ifm2 ? SET_IFM2_BASE0 : SET_IFM_BASE0;
+    for (int t = 0; t < 4; ++t) {
+      f.base[t] = a1(static_cast<Cmd1>(b0 + t));
+    }
+    f.h0 = (ifm2 ? p0(SET_IFM2_HEIGHT0_M1) : p0(SET_IFM_HEIGHT0_M1)) + 1;
+    f.h1 = (ifm2 ? p0(SET_IFM2_HEIGHT1_M1) : p0(SET_IFM_HEIGHT1_M1)) + 1;
+    f.w0 = (ifm2 ? p0(SET_IFM2_WIDTH0_M1) : p0(SET_IFM_WIDTH0_M1)) + 1;
+    f.sx = static_cast<int64_t>(a1(ifm2 ? SET_IFM2_STRIDE_X : SET_IFM_STRIDE_X));
+    f.sy = static_cast<int64_t>(a1(ifm2 ? SET_IFM2_STRIDE_Y : SET_IFM_STRIDE_Y));
+    f.sc = static_cast<int64_t>(a1(ifm2 ? SET_IFM2_STRIDE_C : SET_IFM_STRIDE_C));
+    prec = ifm2 ? p0(SET_IFM2_PRECISION) : p0(SET_IFM_PRECISION);
+    f.is_signed = prec & 1;
+    const int p = (prec >> 2) & 3;
+    if (p == 3) {
+      return fail(Error::NotSupported, "%s_PRECISION 0x%04x: 64-bit input not modelled", f.name,
+                  prec);
+    }
+    f.bits = 8 << p;
+    if (((prec >> 6) & 3) > 1) {
+      return fail(Error::InvalidProgram, "%s_PRECISION 0x%04x: reserved format", f.name, prec);
+    }
+    f.brick = ((prec >> 6) & 3) == 1;
+    const uint16_t zp = ifm2 ? p0(SET_IFM2_ZERO_POINT) : p0(SET_IFM_ZERO_POINT);
+    f.zp = f.is_signed ? static_cast<int16_t>(zp) : zp;
+  }
+  f.esize = f.bits / 8;
+  switch (f.region) {
+    case 0:
+      // Only reads: region 0 is read-only, writes take the checked path.
+      if (!ofm) {
+        f.mem = const_cast<uint8_t*>(regions_.weights);
+        f.mem_size = regions_.weights_size;
+      }
+      break;
+    case 1:
+      f.mem = regions_.scratch;
+      f.mem_size = regions_.scratch_size;
+      break;
+    case 2:
+      f.mem = regions_.fast_scratch;
+      f.mem_size = regions_.fast_scratch_size;
+      break;
+    default:
+      break;
+  }
+  return Error::Ok;
+}
+
+Error Model::element_ptr(const FeatureMap& f, int y, int x, int c, bool write, uint8_t** p) {
+  int t = 0;
+  int ty = y, tx = x;
+  if (x >= f.w0) {
+    tx -= f.w0;
+    t = 1;
+    if (y >= f.h1) {
+      ty -= f.h1;
+      t = 3;
+    }
+  } else if (y >= f.h0) {
+    ty -= f.h0;
+    t = 2;
+  }
+  const int64_t coff = f.brick ? (c / 16) * f.sc + (c % 16) * f.esize : int64_t{c} * f.esize;
+  const __int128 addr = static_cast<__int128>(f.base[t]) + static_cast<__int128>(ty) * f.sy +
+                        static_cast<__int128>(tx) * f.sx + coff;
+  // Fast path: the region is resolved once per feature map.
+  if (f.mem != nullptr && addr >= 0 && addr + f.esize <= static_cast<__int128>(f.mem_size)) {
+    *p = f.mem + static_cast<size_t>(addr);
+    return Error::Ok;
+  }
+  char what[96];
+  snprintf(what, sizeof(what), "%s element (y %d, x %d, c %d) in tile %d", f.name, y, x, c, t);
+  if (addr < 0 || addr > (static_cast<__int128>(1) << 40)) {
+    return fail(Error::InvalidProgram,
+                "%s: address out of range (base 0x%llx, strides y %lld x %lld c %lld)", what,
+                static_cast<unsigned long long>(f.base[t]), static_cast<long long>(f.sy),
+                static_cast<long long>(f.sx), static_cast<long long>(f.sc));
+  }
+  return region_span(f.region, static_cast<uint64_t>(addr), f.esize, write, what, p);
+}
+
+int64_t load(const uint8_t* p, int esize, bool is_signed) {
+  switch (esize) {
+    case 1:
+      return is_signed ? int64_t{static_cast<int8_t>(*p)} : int64_t{*p};
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return is_signed ? int64_t{static_cast<int16_t>(v)} : int64_t{v};
+    }
+    default: {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      return is_signed ? int64_t{static_cast<int32_t>(v)} : int64_t{v};
+    }
+  }
+}
+
+// All f.h x f.w x f.c elements, zero point subtracted, dense HWC.
+Error Model::read_dense(const FeatureMap& f, std::vector<int32_t>& out) {
+  trace(cmd_name_, f);
+  const uint64_t n = static_cast<uint64_t>(f.h) * f.w * f.c;
+  if (n > kMaxElements) {
+    return fail(Error::NotSupported, "%s of %d x %d x %d elements exceeds the model's limit",
+                f.name, f.h, f.w, f.c);
+  }
+  out.resize(n);
+  size_t k = 0;
+  for (int y = 0; y < f.h; ++y) {
+    for (int x = 0; x < f.w; ++x) {
+      for (int c = 0; c < f.c; ++c) {
+        uint8_t* p;
+        Error e = element_ptr(f, y, x, c, false, &p);
+        if (e != Error::Ok) {
+          return e;
+        }
+        out[k++] = static_cast<int32_t>(load(p, f.esize, f.is_signed) - f.zp);
+      }
+    }
+  }
+  return Error::Ok;
+}
+
+// The IFM as the kernel sees it. `f.h`/`f.w` are the upscaled extent; with
+// IFM_UPSCALE 1 (nearest) every IFM element is repeated 2x2, with 2
+// (transpose, zero insertion) it lands on the even coordinates and the odd
+// ones are zero (after zero-point subtraction, i.e. padding-like).
+Error Model::read_ifm(FeatureMap& f, int upscale, std::vector<int32_t>& out) {
+  if (upscale == 0) {
+    return read_dense(f, out);
+  }
+  FeatureMap real = f;
+  real.h = (f.h + 1) / 2;
+  real.w = (f.w + 1) / 2;
+  std::vector<int32_t> src;
+  Error e = read_dense(real, src);
+  if (e != Error::Ok) {
+    return e;
+  }
+  out.assign(static_cast<size_t>(f.h) * f.w * f.c, 0);
+  for (int y = 0; y < f.h; ++y) {
+    for (int x = 0; x < f.w; ++x) {
+      if (upscale == 2 && ((y | x) & 1)) {
+        continue;
+      }
+      const int32_t* from = &src[(static_cast<size_t>(y / 2) * real.w + x / 2) * f.c];
+      std::copy(from, from + f.c, &out[(static_cast<size_t>(y) * f.w + x) * f.c]);
+    }
+  }
+  return Error::Ok;
+}
+
+// Decodes ACTIVATION / ACTIVATION_MIN / ACTIVATION_MAX and the OFM rounding.
+Error Model::output_setup(const FeatureMap& ofm) {
+  trace(cmd_name_, ofm);
+  // Two OFM tiles at the same base: distinct coordinates share addresses and
+  // the later write wins. Executed as written, but counted: Vela 5.1.0 emits
+  // this for some matmuls (docs/npu-model.md, "Vela-vs-TOSA deviations").
+  if (stats_ && ((ofm.w > ofm.w0 && ofm.base[1] == ofm.base[0]) ||
+                 (ofm.h > ofm.h0 && ofm.base[2] == ofm.base[0]))) {
+    ++stats_->aliased_ofm_ops;
+  }
+  const uint16_t act = p0(SET_ACTIVATION);
+  const int fn = act & 0xfff;
+  const int clip = (act >> 12) & 0xf;
+  const uint16_t prec = p0(SET_OFM_PRECISION);
+  ofm_round_ = (prec >> 14) & 3;
+  if (ofm_round_ == 3) {
+    return fail(Error::InvalidProgram, "OFM_PRECISION 0x%04x: reserved rounding mode 3", prec);
+  }
+  lut_index_ = -1;
+  if (fn >= 16 && fn <= 23) {
+    lut_index_ = fn - 16;
+  } else if (fn != 0) {
+    return fail(Error::NotSupported,
+                "ACTIVATION 0x%04x: function %d (built-in tanh/sigmoid) not modelled", act, fn);
+  }
+  bool sgn = ofm.is_signed;
+  int bits = ofm.bits;
+  switch (clip) {
+    case 0:
+      break;
+    case 2:
+      sgn = false;
+      bits = 8;
+      break;
+    case 3:
+      sgn = true;
+      bits = 8;
+      break;
+    case 5:
+      sgn = true;
+      bits = 16;
+      break;
+    default:
+      return fail(Error::InvalidProgram, "ACTIVATION 0x%04x: reserved clip range %d", act, clip);
+  }
+  int64_t lo, hi;
+  if (bits >= 32) {
+    lo = sgn ? INT32_MIN : 0;
+    hi = sgn ? INT32_MAX : UINT32_MAX;
+  } else {
+    lo = sgn ? -(int64_t{1} << (bits - 1)) : 0;
+    hi = sgn ? (int64_t{1} << (bits - 1)) - 1 : (int64_t{1} << bits) - 1;
+    // The clamp registers are 16-bit, in the OFM's signedness.
+    const uint16_t amin = p0(SET_ACTIVATION_MIN);
+    const uint16_t amax = p0(SET_ACTIVATION_MAX);
+    const int64_t vmin = sgn ? int64_t{static_cast<int16_t>(amin)} : int64_t{amin};
+    const int64_t vmax = sgn ? int64_t{static_cast<int16_t>(amax)} : int64_t{amax};
+    lo = std::max(lo, vmin);
+    hi = std::min(hi, vmax);
+  }
+  act_lo_ = lo;
+  act_hi_ = hi;
+  if (lut_index_ >= 0 && !(ofm.bits == 8 || (ofm.bits == 32 && clip == 3))) {
+    return fail(Error::NotSupported,
+                "ACTIVATION 0x%04x: LUT with a %d-bit OFM not modelled (8-bit LUTs only)", act,
+                ofm.bits);
+  }
+  return Error::Ok;
+}
+
+Error Model::write_output(const FeatureMap& ofm, int y, int x, int c, int64_t scaled) {
+  int64_t v = scaled + ofm.zp;
+  if (lut_index_ >= 0) {
+    // 8-bit LUT: 256 entries per slot at the end of SHRAM, indexed by the
+    // int8 result.
+    v = std::min<int64_t>(127, std::max<int64_t>(-128, v));
+    const size_t base = shram_.size() - 2048 + static_cast<size_t>(lut_index_) * 256;
+    const uint8_t raw = shram_[base + static_cast<size_t>(v + 128)];
+    v = ofm.is_signed || ofm.bits == 32 ? int64_t{static_cast<int8_t>(raw)} : int64_t{raw};
+  }
+  v = std::min(act_hi_, std::max(act_lo_, v));
+  uint8_t* p;
+  Error e = element_ptr(ofm, y, x, c, true, &p);
+  if (e != Error::Ok) {
+    return e;
+  }
+  switch (ofm.esize) {
+    case 1:
+      *p = static_cast<uint8_t>(v);
+      break;
+    case 2: {
+      const uint16_t u = static_cast<uint16_t>(v);
+      std::memcpy(p, &u, 2);
+      break;
+    }
+    default: {
+      const uint32_t u = static_cast<uint32_t>(v);
+      std::memcpy(p, &u, 4);
+      break;
+    }
+  }
+  return Error::Ok;
+}
+
+} // namespace detail
+
+Error run_payload(
+    const uint8_t* payload,
+    size_t size,
+    const Regions& regions,
+    char* msg,
+    size_t msg_cap,
+    Stats* stats) {
+  if (msg != nullptr && msg_cap > 0) {
+    msg[0] = '\0';
+  }
+  detail::Model m(regions, msg, msg_cap, stats);
+  return m.run(payload, size);
+}
+
+} // namespace npu_model
+} // namespace ethosu_ng

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+// The model's shared front end, declared for the files that implement the
+// operations: register file, feature-map addressing, region checks, the output
+// stage and the error reporting. Each operation family lives in its own file
+// (u55_conv.cpp, u55_pool.cpp, u55_elementwise.cpp, dma.cpp); front_end.cpp
+// parses the payload, decodes commands and dispatches to them.
+#pragma once
+
+#include <ethosu_ng/npu_model/npu_model.h>
+#include <ethosu_ng/npu_model/registers.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace ethosu_ng {
+namespace npu_model {
+namespace detail {
+
+// Round modes of OFM_PRECISION / IFM_PRECISION bits 14..15.
+constexpr int kRoundDbl = 0; // double rounding (Vela: TFL)
+constexpr int kRoundTruncate = 1;
+constexpr int kRoundNatural = 2;
+
+// Resource bounds for one operation: a hostile stream may describe feature
+// maps of 65536^3 elements; the model refuses instead of allocating them.
+// The fuzz build lowers them so one input cannot run for minutes.
+#ifndef ETHOSU_NG_NPU_MODEL_MAX_ELEMENTS_LOG2
+#define ETHOSU_NG_NPU_MODEL_MAX_ELEMENTS_LOG2 26
+#endif
+#ifndef ETHOSU_NG_NPU_MODEL_MAX_MACS_LOG2
+#define ETHOSU_NG_NPU_MODEL_MAX_MACS_LOG2 34
+#endif
+constexpr uint64_t kMaxElements = uint64_t{1} << ETHOSU_NG_NPU_MODEL_MAX_ELEMENTS_LOG2;
+constexpr uint64_t kMaxMacs = uint64_t{1} << ETHOSU_NG_NPU_MODEL_MAX_MACS_LOG2;
+
+
+struct FeatureMap {
+  const char* name = "";
+  int region = 0;
+  uint64_t base[4] = {};
+  int h0 = 1, h1 = 1, w0 = 1; // tile 0 height, tile 1 height, tile 0 width
+  int h = 1, w = 1, c = 1; // extent the operation uses
+  int64_t sx = 0, sy = 0, sc = 0;
+  int esize = 1;
+  int bits = 8;
+  bool is_signed = true;
+  bool brick = false; // NHCWB16
+  int32_t zp = 0;
+  // The region's memory, when it may be accessed this way (null: every access
+  // goes through region_span, which reports the error).
+  uint8_t* mem = nullptr;
+  size_t mem_size = 0;
+};
+
+// Multiplies by an unsigned 32-bit scale and shifts right with the given
+// Multiplies by an unsigned 32-bit scale and shifts right with the given
+// rounding (kRound*).
+int64_t scale_round(int64_t v, uint32_t scale, int shift, int mode);
+
+// One element of `esize` bytes, sign- or zero-extended.
+int64_t load(const uint8_t* p, int esize, bool is_signed);
+
+class Model {
+ public:
+  Model(const Regions& r, char* msg, size_t cap, Stats* stats)
+      : regions_(r), msg_(msg), cap_(cap), stats_(stats) {
+    std::memset(r0_, 0, sizeof(r0_));
+    std::memset(r1_data_, 0, sizeof(r1_data_));
+    std::memset(r1_param_, 0, sizeof(r1_param_));
+  }
+
+  Error run(const uint8_t* payload, size_t size);
+
+ private:
+  // ---- errors
+  Error fail(Error e, const char* fmt, ...) {
+    if (msg_ != nullptr && cap_ > 0) {
+      char detail[320];
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(detail, sizeof(detail), fmt, ap);
+      va_end(ap);
+      if (in_stream_) {
+        snprintf(msg_, cap_, "command %zu (%s 0x%03x, param 0x%04x%s): %s", cmd_index_,
+                 cmd_name_ ? cmd_name_ : "unknown opcode", cmd_op_, cmd_param_,
+                 cmd_payload_buf_, detail);
+      } else {
+        snprintf(msg_, cap_, "%s", detail);
+      }
+    }
+    return e;
+  }
+
+  // ---- registers
+  uint16_t p0(Cmd0 c) const {
+    return r0_[c & 0x3ff];
+  }
+  int16_t s0(Cmd0 c) const {
+    return static_cast<int16_t>(r0_[c & 0x3ff]);
+  }
+  uint32_t d1(Cmd1 c) const {
+    return r1_data_[c & 0x3ff];
+  }
+  uint16_t p1(Cmd1 c) const {
+    return r1_param_[c & 0x3ff];
+  }
+  uint64_t a1(Cmd1 c) const {
+    return (static_cast<uint64_t>(r1_param_[c & 0x3ff] & 0xffu) << 32) | r1_data_[c & 0x3ff];
+  }
+
+  Error execute_stream(const uint8_t* words, size_t nwords, size_t first_index);
+  // ETHOSU_NG_NPU_MODEL_TRACE=1 prints every operation's feature maps.
+  void trace(const char* op, const FeatureMap& f) const {
+    if (!trace_) {
+      return;
+    }
+    fprintf(stderr,
+            "npu_model: cmd %zu %s %s r%d h%d w%d c%d bits%d%s%s zp%d tiles h0 %d h1 %d w0 %d "
+            "base %llu %llu %llu %llu stride y%lld x%lld c%lld\n",
+            cmd_index_, op, f.name, f.region, f.h, f.w, f.c, f.bits, f.is_signed ? "s" : "u",
+            f.brick ? " NHCWB16" : "", f.zp, f.h0, f.h1, f.w0,
+            static_cast<unsigned long long>(f.base[0]), static_cast<unsigned long long>(f.base[1]),
+            static_cast<unsigned long long>(f.base[2]), static_cast<unsigned long long>(f.base[3]),
+            static_cast<long long>(f.sy), static_cast<long long>(f.sx), static_cast<long long>(f.sc));
+  }
+  bool trace_ = std::getenv("ETHOSU_NG_NPU_MODEL_TRACE") != nullptr;
+  // IFM_PAD_TOP/LEFT are 7-bit fields, IFM_PAD_BOTTOM/RIGHT 8-bit
+  // (ethosu55_interface.h: npu_set_ifm_pad_*_t); the bits above are reserved.
+  Error check_ifm_padding(int pt, int pl, int pb, int pr) {
+    if (pt > 127 || pl > 127 || pb > 255 || pr > 255) {
+      return fail(Error::InvalidProgram,
+                  "IFM padding (t %d l %d b %d r %d): IFM_PAD_TOP/LEFT are 7-bit fields (0..127), "
+                  "IFM_PAD_BOTTOM/RIGHT 8-bit (0..255)",
+                  pt, pl, pb, pr);
+    }
+    return Error::Ok;
+  }
+  // ACC_FORMAT (ethos_u55_regs.acc_format): 0 32-bit and 1 40-bit integer accumulators, which
+  // the model holds in 64 bits (exact while a sum fits the format); 2 is FP_S5_10.
+  Error check_acc_format() {
+    const uint16_t acc = p0(SET_ACC_FORMAT);
+    if (acc > 2) {
+      return fail(Error::InvalidProgram,
+                  "ACC_FORMAT %u: reserved value (0 INT_32BIT, 1 INT_40BIT, 2 FP_S5_10)", acc);
+    }
+    if (acc == 2) {
+      return fail(Error::NotSupported, "ACC_FORMAT 2 (FP_S5_10 accumulator) not modelled");
+    }
+    return Error::Ok;
+  }
+  Error op_conv(bool depthwise);
+  Error op_pool();
+  Error op_elementwise();
+  Error op_dma();
+
+  // ---- memory
+  Error region_span(int region, uint64_t addr, uint64_t len, bool write, const char* what,
+                    uint8_t** out);
+  Error feature_map(FeatureMap& f, bool ifm2, bool ofm);
+  Error read_dense(const FeatureMap& f, std::vector<int32_t>& out);
+  Error read_ifm(FeatureMap& f, int upscale, std::vector<int32_t>& out);
+  Error element_ptr(const FeatureMap& f, int y, int x, int c, bool write, uint8_t** p);
+  Error write_output(const FeatureMap& ofm, int y, int x, int c, int64_t scaled);
+  Error output_setup(const FeatureMap& ofm);
+
+  const Regions& regions_;
+  char* msg_;
+  size_t cap_;
+  Stats* stats_;
+
+  uint16_t r0_[0x400];
+  uint32_t r1_data_[0x400];
+  uint16_t r1_param_[0x400];
+
+  // Internal SHRAM (LUTs are DMA'd into its end). Sized from the payload's
+  // optimizer config.
+  std::vector<uint8_t> shram_;
+  int macs_per_cc_log2_ = 7;
+
+  // Decoded output stage of the current operation.
+  int64_t act_lo_ = 0, act_hi_ = 0;
+  int lut_index_ = -1;
+  int ofm_round_ = 0;
+
+  bool in_stream_ = false;
+  size_t cmd_index_ = 0;
+  uint16_t cmd_op_ = 0;
+  uint16_t cmd_param_ = 0;
+  const char* cmd_name_ = nullptr;
+  char cmd_payload_buf_[32] = "";
+};
+
+} // namespace detail
+} // namespace npu_model
+} // namespace ethosu_ng
