@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence, Tuple
+from typing import Iterable, Mapping, Optional, Sequence, Tuple
 
 import torch
 from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
@@ -20,11 +20,19 @@ def quantize(
     calibration: Optional[Iterable[Tuple[torch.Tensor, ...]]] = None,
     input_dtype: Optional[torch.dtype] = None,
     output_dtype: Optional[torch.dtype] = None,
+    activation_dtype: torch.dtype = torch.int8,
+    module_dtypes: Optional[Mapping] = None,
 ) -> torch.fx.GraphModule:
     """PT2E: export, annotate with EthosUNGQuantizer, calibrate, convert."""
     model = model.eval()
     gm = torch.export.export(model, tuple(example_inputs)).module(check_guards=False)
-    quantizer = EthosUNGQuantizer(spec, input_dtype=input_dtype, output_dtype=output_dtype)
+    quantizer = EthosUNGQuantizer(
+        spec,
+        input_dtype=input_dtype,
+        output_dtype=output_dtype,
+        activation_dtype=activation_dtype,
+        module_dtypes=module_dtypes,
+    )
     prepared = prepare_pt2e(gm, quantizer)
     with torch.no_grad():
         for batch in calibration if calibration is not None else [example_inputs]:

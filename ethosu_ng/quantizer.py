@@ -1,7 +1,9 @@
-"""EthosUNGQuantizer: PT2E quantizer for Ethos-U (symmetric int8 by default).
+"""EthosUNGQuantizer: PT2E quantizer for Ethos-U (symmetric int8 by default, a16w8 on request).
 
 A thin layer over upstream's EthosUQuantizer (its annotators are right); what we add is the
-program-IO dtype choice, alias spellings of annotated ops rewritten so they are annotated
+program-IO dtype choice, the activation precision per model, per module name or per module type
+(int16 activations with int8 weights and 48-bit-accumulated int32 biases: upstream's a16w8
+config), alias spellings of annotated ops rewritten so they are annotated
 (``annotation_aliases``), and ``avg_pool2d`` with ``divisor_override`` rewritten as a depthwise
 convolution, which rounds once (``passes/avg_pool_divisor_as_conv.py``). uint8 lives only at the
 program's IO: inside every delegate tensors are int8 and the unsigned conversion is a RESCALE at
@@ -10,7 +12,7 @@ the entry/exit.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional, Union
 
 import torch
 
@@ -20,8 +22,20 @@ from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.passes.avg_pool_divisor_as_conv import AvgPoolDivisorAsConvPass
 from ethosu_ng.passes.integer_program_io import IO_META_KEY
 
-_INPUT_DTYPES = (None, torch.int8, torch.uint8)
-_OUTPUT_DTYPES = (None, torch.int8, torch.uint8)
+_INPUT_DTYPES = (None, torch.int8, torch.uint8, torch.int16)
+_OUTPUT_DTYPES = (None, torch.int8, torch.uint8, torch.int16)
+ACTIVATION_DTYPES = (torch.int8, torch.int16)
+
+ModuleKey = Union[str, type]
+
+
+def activation_config(dtype: torch.dtype, per_channel: bool = True):
+    """Upstream's quantization config for activations of ``dtype`` (int8 weights either way)."""
+    if dtype == torch.int16:
+        return upstream.get_symmetric_a16w8_quantization_config(is_per_channel=per_channel)
+    if dtype == torch.int8:
+        return upstream.get_symmetric_quantization_config(is_per_channel=per_channel)
+    raise ValueError(f"activation dtype must be torch.int8 or torch.int16, got {dtype}")
 
 
 class EthosUNGQuantizer(upstream.EthosUQuantizer):
@@ -32,6 +46,12 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
     output_dtype: ``None`` keeps outputs float (dequantize on CPU); ``torch.int8`` (or
         ``torch.uint8``) makes them integer.
     per_channel: per-channel weight quantization (default True).
+    activation_dtype: ``torch.int8`` (default) or ``torch.int16`` activations everywhere not
+        named in ``module_dtypes``; weights are int8 either way.
+    module_dtypes: activation dtype per module, keyed by qualified name (``"blocks.3.attn"``,
+        as ``named_modules()`` spells it) or by module type (``torch.nn.LayerNorm``); a name
+        wins over a type. A name that matches no module of the model is an error at
+        ``prepare_pt2e``.
     """
 
     def __init__(
@@ -40,6 +60,8 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
         input_dtype: Optional[torch.dtype] = None,
         output_dtype: Optional[torch.dtype] = None,
         per_channel: bool = True,
+        activation_dtype: torch.dtype = torch.int8,
+        module_dtypes: Optional[Mapping[ModuleKey, torch.dtype]] = None,
     ):
         if not isinstance(compile_spec, EthosUNGCompileSpec):
             raise TypeError(
@@ -47,17 +69,42 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
             )
         if input_dtype not in _INPUT_DTYPES:
             raise ValueError(
-                f"input_dtype must be None, torch.int8 or torch.uint8, got {input_dtype}"
+                f"input_dtype must be None, torch.int8, torch.uint8 or torch.int16, got "
+                f"{input_dtype}"
             )
         if output_dtype not in _OUTPUT_DTYPES:
             raise ValueError(
-                f"output_dtype must be None, torch.int8 or torch.uint8, got {output_dtype}"
+                f"output_dtype must be None, torch.int8, torch.uint8 or torch.int16, got "
+                f"{output_dtype}"
             )
+        if activation_dtype not in ACTIVATION_DTYPES:
+            raise ValueError(
+                f"activation_dtype must be torch.int8 or torch.int16, got {activation_dtype}"
+            )
+        module_dtypes = dict(module_dtypes or {})
+        for key, dtype in module_dtypes.items():
+            if not isinstance(key, (str, type)):
+                raise TypeError(
+                    f"module_dtypes keys are module names (str) or module types, got {key!r}"
+                )
+            if dtype not in ACTIVATION_DTYPES:
+                raise ValueError(
+                    f"module_dtypes[{_key_name(key)!r}]: activation dtype must be torch.int8 or "
+                    f"torch.int16, got {dtype}"
+                )
         super().__init__(upstream.upstream_compile_spec(compile_spec))
         self.ng_compile_spec = compile_spec
         self.input_dtype = input_dtype
         self.output_dtype = output_dtype
-        self.set_global(upstream.get_symmetric_quantization_config(is_per_channel=per_channel))
+        self.activation_dtype = activation_dtype
+        self.module_dtypes = module_dtypes
+        self.set_global(activation_config(activation_dtype, per_channel))
+        for key, dtype in module_dtypes.items():
+            config = activation_config(dtype, per_channel)
+            if isinstance(key, str):
+                self.set_module_name(key, config)
+            else:
+                self.set_module_type(key, config)
         # Upstream's uint8 IO config gives x -> Q(u8) -> DQ(u8) -> Q(i8) ..., i.e. an unsigned
         # RESCALE at the edge and int8 everywhere inside; applied per side.
         inputs_finder, outputs_finder = upstream.io_node_finders()
@@ -76,6 +123,7 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
         return model
 
     def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        _check_module_names(model, [k for k in self.module_dtypes if isinstance(k, str)])
         model = super().annotate(model)
         if self.input_dtype is not None or self.output_dtype is not None:
             request = {
@@ -91,3 +139,24 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
                 if n.op == "placeholder":
                     n.meta.setdefault("custom", {})[IO_META_KEY] = request
         return model
+
+
+def _key_name(key: ModuleKey) -> str:
+    return key if isinstance(key, str) else f"{key.__module__}.{key.__qualname__}"
+
+
+def _check_module_names(model: torch.fx.GraphModule, names) -> None:
+    """Every module name given must own at least one node of the exported graph."""
+    if not names:
+        return
+    owned = set()
+    for n in model.graph.nodes:
+        for path, _ in (n.meta.get("nn_module_stack") or {}).values():
+            owned.add(path)
+    missing = [k for k in names if not any(p == k or p.startswith(k + ".") for p in owned)]
+    if missing:
+        known = sorted({p.split(".")[0] for p in owned if p})
+        raise ValueError(
+            f"module_dtypes names {missing} match no module of the model (top-level modules: "
+            f"{known[:12]}{' ...' if len(known) > 12 else ''})"
+        )

@@ -15,6 +15,7 @@ import torch
 from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
 from executorch.backends.arm.quantizer import (
     EthosUQuantizer,
+    get_symmetric_a16w8_quantization_config,
     get_symmetric_quantization_config,
     get_uint8_io_quantization_config,
 )
@@ -30,8 +31,10 @@ from ethosu_ng.compile_spec import EthosUNGCompileSpec
 
 __all__ = [
     "EthosUQuantizer",
+    "get_symmetric_a16w8_quantization_config",
     "get_symmetric_quantization_config",
     "get_uint8_io_quantization_config",
+    "int16_table",
     "io_node_finders",
     "is_marked_quantized",
     "list_argument_input_qparams",
@@ -172,3 +175,22 @@ def is_marked_quantized(node: torch.fx.Node) -> bool:
 
     info = (node.meta.get("custom") or {}).get(ArmAnnotationInfo.CUSTOM_META_KEY)
     return bool(info and info.get("quantized"))
+
+
+def int16_table(
+    node: torch.fx.Node,
+    in_qparams: Tuple[float, int, int, int],
+    out_qparams: Tuple[float, int, int, int],
+) -> Optional[Tuple[torch.Tensor, int]]:
+    """The 513-entry TOSA TABLE upstream lowers an int16 ``node`` to, and the power-of-two
+    rescale it puts after it: (table values as int16, left shift), or None when upstream does
+    not lower ``node``'s op to a table. ``*_qparams``: (scale, zero point, qmin, qmax)."""
+    from executorch.backends.arm._passes.insert_table_ops import InsertTableOpsPass, TableOps
+    from executorch.backends.arm._passes.quant_args import QuantArgs
+
+    table_ops = TableOps(None)
+    if node not in table_ops:
+        return None
+    in_args = QuantArgs(*in_qparams, torch.int16)
+    out_args = QuantArgs(*out_qparams, torch.int16)
+    return InsertTableOpsPass.generate_16_bit_table_values(table_ops[node], in_args, out_args)

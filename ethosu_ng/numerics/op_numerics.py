@@ -98,16 +98,20 @@ def _round(v: torch.Tensor, rounding: str, flip_ties_within: Optional[float]) ->
     return r
 
 
-def _exact_quantize(op, x64, args, rounding="half_even", flip_ties_within=None):
+def _exact_quantize(op, x64, args, rounding="half_even", flip_ties_within=None, saturate=True):
+    """``saturate=False``: rounded but not clamped, as int64 (a value a fused lowering keeps in
+    a wider accumulator)."""
     if op_name(op) in QUANTIZE_PER_TENSOR_OPS:
         scale, zp, qmin, qmax, dtype = _scalar(args[1]), int(_scalar(args[2])), *args[3:6]
         q = _round(x64 / scale, rounding, flip_ties_within) + zp
-        return torch.clamp(q, qmin, qmax).to(dtype)
-    scales, zps, axis, qmin, qmax, dtype = args[1:7]
-    shape = [1] * x64.dim()
-    shape[axis] = -1
-    v = x64 / scales.to(torch.float64).view(shape)
-    q = _round(v, rounding, flip_ties_within) + zps.to(torch.float64).view(shape)
+    else:
+        scales, zps, axis, qmin, qmax, dtype = args[1:7]
+        shape = [1] * x64.dim()
+        shape[axis] = -1
+        v = x64 / scales.to(torch.float64).view(shape)
+        q = _round(v, rounding, flip_ties_within) + zps.to(torch.float64).view(shape)
+    if not saturate:
+        return q.to(torch.int64)
     return torch.clamp(q, qmin, qmax).to(dtype)
 
 
@@ -129,11 +133,58 @@ def _lsb(a: torch.Tensor, b: torch.Tensor) -> Optional[int]:
     return int((a.to(torch.int64) - b.to(torch.int64)).abs().max().item())
 
 
+def _feeds_output_directly(q: torch.fx.Node) -> bool:
+    """Whether ``q``'s integers reach the graph's output with no dequantize in between."""
+    todo, seen = list(q.users), set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "output":
+            return True
+        if n.op == "call_function" and op_name(_base(n.target)) not in DEQUANTIZE_OPS:
+            todo.extend(n.users)
+    return False
+
+
+def _per_tensor_qparams(node) -> Optional[tuple]:
+    """(scale, zero point, qmin, qmax, dtype) of a per-tensor Q/DQ node, else None."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return None
+    name = op_name(_base(node.target))
+    if name not in QUANTIZE_PER_TENSOR_OPS and name not in DEQUANTIZE_PER_TENSOR_OPS:
+        return None
+    a = node.args
+    if not all(isinstance(v, (int, float)) for v in a[1:5]):
+        return None
+    return float(a[1]), int(a[2]), int(a[3]), int(a[4]), a[5]
+
+
 class _Lockstep(Interpreter):
-    def __init__(self, gm, rounding: str = "half_even", flip_ties_within: Optional[float] = None):
+    def __init__(
+        self,
+        gm,
+        rounding: str = "half_even",
+        flip_ties_within: Optional[float] = None,
+        saturate_intermediates: bool = True,
+        int16_tables: bool = False,
+    ):
         super().__init__(gm)
         self.ops: List[OpNumerics] = []
         self.rounding, self.flip_ties_within = rounding, flip_ties_within
+        self.int16_tables = int16_tables
+        self.unsaturated = (
+            set()
+            if saturate_intermediates
+            else {
+                n
+                for n in gm.graph.nodes
+                if n.op == "call_function"
+                and op_name(_base(n.target)) in QUANTIZE_OPS
+                and not _feeds_output_directly(n)
+            }
+        )
 
     def placeholder(self, target, args, kwargs):
         v = super().placeholder(target, args, kwargs)
@@ -162,7 +213,8 @@ class _Lockstep(Interpreter):
         k32 = tree_map(lambda v: v.f32 if isinstance(v, _Pair) else v, kwargs)
         k64 = tree_map(lambda v: v.f64 if isinstance(v, _Pair) else v, kwargs)
         if op_name(op) in QUANTIZE_OPS:
-            exact = _exact_quantize(op, a64[0], a64, self.rounding, self.flip_ties_within)
+            saturate = self._current not in self.unsaturated
+            exact = _exact_quantize(op, a64[0], a64, self.rounding, self.flip_ties_within, saturate)
             eager = target(*a32, **k32)
             diff = (eager.to(torch.int64) - exact.to(torch.int64)).abs()
             src = self._current.args[0]
@@ -177,7 +229,14 @@ class _Lockstep(Interpreter):
             )
             return exact  # both paths continue from the exact integers
         if op_name(op) in DEQUANTIZE_OPS:
-            return _Pair(target(*a32, **k32), _exact_dequantize(op, a64[0], a64))
+            exact = _exact_dequantize(op, a64[0], a64)
+            if a64[0].dtype == torch.int64:  # unsaturated integers, wider than the dtype
+                return _Pair(exact.float(), exact)
+            return _Pair(target(*a32, **k32), exact)
+        if self.int16_tables:
+            looked_up = self._int16_table(a64)
+            if looked_up is not None:
+                return _Pair(looked_up.float(), looked_up)
         r32 = target(*a32, **k32)
 
         def up(v):
@@ -195,16 +254,45 @@ class _Lockstep(Interpreter):
             r64,
         )
 
+    def _int16_table(self, a64) -> Optional[torch.Tensor]:
+        """The current node as the int16 TABLE upstream lowers it to (dequantized), or None when
+        it is not one: a table op between an int16 dequantize and an int16 quantize."""
+        from ethosu_ng.adapters.arm import int16_table
+        from ethosu_ng.numerics.int16_table import table_lookup
+
+        n = self._current
+        src = n.args[0] if n.args else None
+        users = list(n.users)
+        qin = _per_tensor_qparams(src)
+        qout = _per_tensor_qparams(users[0]) if len(users) == 1 else None
+        if qin is None or qout is None or qin[4] != torch.int16 or qout[4] != torch.int16:
+            return None
+        if op_name(_base(users[0].target)) not in QUANTIZE_PER_TENSOR_OPS:
+            return None
+        found = int16_table(n, qin[:4], qout[:4])
+        if found is None:
+            return None
+        table, lshift = found
+        scale, zp = qin[0], qin[1]
+        codes = torch.round(a64[0] / scale).to(torch.int64) + zp
+        out = table_lookup(codes, table, lshift)
+        return (out.to(torch.float64) - qout[1]) * qout[0]
+
 
 def exact_outputs(
     gm: torch.fx.GraphModule,
     inputs: Sequence[torch.Tensor],
     rounding: str = "half_even",
     flip_ties_within: Optional[float] = None,
+    saturate_intermediates: bool = True,
+    int16_tables: bool = False,
 ):
     """Run a quantized graph in lockstep: (its exactly evaluated outputs, per-quantize records).
-    ``rounding`` and ``flip_ties_within``: how each quantize rounds (``_round``)."""
-    lock = _Lockstep(gm, rounding, flip_ties_within)
+    ``rounding`` and ``flip_ties_within``: how each quantize rounds (``_round``).
+    ``saturate_intermediates=False``: quantizes whose integers are dequantized again inside the
+    graph round but do not clamp. ``int16_tables``: an int16 op upstream lowers to a TABLE is
+    evaluated as that table (``numerics.int16_table``)."""
+    lock = _Lockstep(gm, rounding, flip_ties_within, saturate_intermediates, int16_tables)
     out = lock.run(*inputs)
     out = list(out) if isinstance(out, (list, tuple)) else [out]
     return [o.f64 if isinstance(o, _Pair) else o for o in out], lock.ops
