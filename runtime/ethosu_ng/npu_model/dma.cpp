@@ -25,6 +25,17 @@ Error Model::op_dma() {
     return fail(Error::NotSupported, "DMA0_SRC_REGION 0x%04x: reads from internal memory",
                 src_reg);
   }
+  // Ethos-U85: idx_mode (bit 11, gather/scatter) and its LUT memory are not modelled.
+  if (u85_ && (((src_reg | dst_reg) >> 11) & 1)) {
+    return fail(Error::NotSupported,
+                "DMA0_SRC_REGION 0x%04x / DST_REGION 0x%04x: indexed (gather/scatter) DMA not "
+                "modelled",
+                src_reg, dst_reg);
+  }
+  if (u85_ && ((dst_reg >> 8) & 1)) {
+    return fail(Error::NotSupported,
+                "DMA0_DST_REGION 0x%04x: DMA into the Ethos-U85 LUT memory not modelled", dst_reg);
+  }
   uint8_t* s;
   Error e = region_span(src_reg & 0xff, src, len, false, "DMA source", &s);
   if (e != Error::Ok) {

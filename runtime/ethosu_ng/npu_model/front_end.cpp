@@ -135,6 +135,24 @@ Error Model::run(const uint8_t* payload, size_t size) {
         const int macs = cfg & 0xf;
         const int shram_kb = (cfg >> 8) & 0xff;
         const int product = (cfg >> 28) & 0xf;
+        if (product == 2) {
+          // Ethos-U85 (regor ethos_u85_interface.hpp config_r: log2 MACs/cc
+          // in bits 0..3, product in 28..31). Cores per size as regor's
+          // ethos_u85.cpp configuration table: 128 and 256 one, 512 two,
+          // 1024 and 2048 four.
+          if (macs < 7 || macs > 11) {
+            return fail(Error::NotSupported,
+                        "driver payload word %u: optimizer config 0x%08x (product 2, log2 MACs/cc "
+                        "%d) is not an Ethos-U85 size (128..2048 MACs/cc)",
+                        static_cast<unsigned>(i), static_cast<unsigned>(cfg), macs);
+          }
+          u85_ = true;
+          macs_per_cc_log2_ = macs;
+          cores_ = macs <= 8 ? 1 : macs == 9 ? 2 : 4;
+          have_config = true;
+          i += 3;
+          break;
+        }
         if (product > 1 || macs < 5 || macs > 8 || shram_kb < 16 || shram_kb > 96) {
           return fail(Error::NotSupported,
                       "driver payload word %zu: optimizer config 0x%08x (product %d, "
@@ -203,7 +221,7 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
       ++stats_->commands;
     }
     if (ctrl == 1) {
-      cmd_name_ = cmd1_name(op);
+      cmd_name_ = u85_ ? u85_cmd1_name(op) : cmd1_name(op);
       if (i + 1 >= nwords) {
         return fail(Error::InvalidProgram, "stream ends before the payload word of a cmd1");
       }
@@ -213,16 +231,58 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
       if (cmd_name_ == nullptr || (code & 0x3c00) != 0) {
         return fail(Error::InvalidProgram, "unknown cmd1 opcode (word 0x%08x)", w);
       }
+      if (u85_ && op == U85_OP_BRANCH) {
+        return fail(Error::NotSupported, "branches within the command stream not modelled");
+      }
       r1_data_[op] = data;
       r1_param_[op] = param;
       i += 2;
     } else if (ctrl == 0) {
-      cmd_name_ = cmd0_name(op);
+      cmd_name_ = u85_ ? u85_cmd0_name(op) : cmd0_name(op);
       if (cmd_name_ == nullptr || (code & 0x3c00) != 0) {
         return fail(Error::InvalidProgram, "unknown cmd0 opcode (word 0x%08x)", w);
       }
       i += 1;
       Error e = Error::Ok;
+      if (u85_) {
+        switch (op) {
+          case OP_STOP:
+            in_stream_ = false;
+            return Error::Ok;
+          case OP_IRQ:
+          case OP_DMA_WAIT:
+          case OP_KERNEL_WAIT:
+          case OP_PMU_MASK:
+            break;
+          case OP_CONV:
+          case OP_DEPTHWISE:
+            e = u85_check_acc();
+            e = e == Error::Ok ? u85_conv(op == OP_DEPTHWISE) : e;
+            break;
+          case OP_POOL:
+            e = u85_check_acc();
+            e = e == Error::Ok ? u85_pool() : e;
+            break;
+          case OP_ELEMENTWISE:
+            e = u85_check_acc();
+            e = e == Error::Ok ? u85_elementwise() : e;
+            break;
+          case U85_OP_RESIZE:
+            e = fail(Error::NotSupported, "resize not modelled");
+            break;
+          case OP_DMA_START:
+            e = op_dma();
+            break;
+          default:
+            r0_[op] = param;
+            break;
+        }
+        if (e != Error::Ok) {
+          return e;
+        }
+        ++index;
+        continue;
+      }
       switch (op) {
         case OP_STOP:
           in_stream_ = false;

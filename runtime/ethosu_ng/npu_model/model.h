@@ -8,6 +8,7 @@
 
 #include <ethosu_ng/npu_model/npu_model.h>
 #include <ethosu_ng/npu_model/registers.h>
+#include <ethosu_ng/npu_model/registers_u85.h>
 
 #include <cstdarg>
 #include <cstdio>
@@ -23,6 +24,8 @@ namespace detail {
 constexpr int kRoundDbl = 0; // double rounding (Vela: TFL)
 constexpr int kRoundTruncate = 1;
 constexpr int kRoundNatural = 2;
+// Ethos-U85 DOUBLE_SYMMETRIC, accepted only where the shift is 0 (exact).
+constexpr int kRoundExact = 3;
 
 // Resource bounds for one operation: a hostile stream may describe feature
 // maps of 65536^3 elements; the model refuses instead of allocating them.
@@ -48,6 +51,9 @@ struct FeatureMap {
   int bits = 8;
   bool is_signed = true;
   bool brick = false; // NHCWB16
+  // Ethos-U85 OFM: the stored axes in terms of the computed (h, w, c) ones
+  // (OFM_PRECISION activation_transpose; 0 is HWC, the identity).
+  int transpose = 0;
   int32_t zp = 0;
   // The region's memory, when it may be accessed this way (null: every access
   // goes through region_span, which reports the error).
@@ -155,6 +161,14 @@ class Model {
   Error op_pool();
   Error op_elementwise();
   Error op_dma();
+  // Ethos-U85 (u85_*.cpp).
+  Error u85_conv(bool depthwise);
+  Error u85_pool();
+  Error u85_elementwise();
+  Error u85_output_setup(FeatureMap& ofm);
+  Error u85_write_output(const FeatureMap& ofm, int y, int x, int c, int64_t scaled);
+  Error u85_rounding(const char* reg, int mode, int shift, int* round);
+  Error u85_check_acc();
 
   // ---- memory
   Error region_span(int region, uint64_t addr, uint64_t len, bool write, const char* what,
@@ -179,6 +193,9 @@ class Model {
   // optimizer config.
   std::vector<uint8_t> shram_;
   int macs_per_cc_log2_ = 7;
+  // Ethos-U85 payload (optimizer config product 2), and its core count.
+  bool u85_ = false;
+  int cores_ = 1;
 
   // Decoded output stage of the current operation.
   int64_t act_lo_ = 0, act_hi_ = 0;

@@ -1,0 +1,387 @@
+// SPDX-License-Identifier: Apache-2.0
+// Ethos-U85 convolution, depthwise convolution and fully connected
+// (NPU_OP_CONV, NPU_OP_DEPTHWISE): the U85 weight order (regor
+// ethos_u85_weight_encoder.cpp, EthosU85WeightOrdering), one weight stream per
+// core, the 32/48-bit bias and scale stream, and the kernel. See
+// docs/npu-model.md, "Ethos-U85".
+#include <ethosu_ng/npu_model/model.h>
+
+#include <algorithm>
+
+namespace ethosu_ng {
+namespace npu_model {
+namespace detail {
+
+namespace {
+
+// What the U85 weight order depends on (regor EthosU85WeightOrdering).
+struct U85WeightLayout {
+  int ofm_depth, kh, kw, ifm_depth;
+  int stride_x, stride_y; // the weight order's stride (1 x 1 for depth-first)
+  int ofm_block_depth, ifm_block_depth;
+  int ofm_ublock_depth, ifm_ublock_depth;
+  int sub_kernel_round;
+  int dw_padding; // extra zero slots after every sub-kernel group of a depthwise stream
+  int decomp_x, decomp_y;
+  bool depthwise;
+  int cores, core; // streams and which one this is
+};
+
+int round_up(int v, int m) {
+  return (v + m - 1) / m * m;
+}
+
+// Calls fn(ofm_z, ky, kx, ifm_z, valid) for each position of one core's
+// stream, in stream order: OFM blocks; IFM blocks, serpentine (the direction
+// alternates with each OFM block); sub-kernels of decomp_x x decomp_y, x
+// outer; IFM and OFM micro-blocks; stride phases; kernel rows, serpentine in
+// x; then groups of 4 OFM channels interleaved across the cores; padding
+// slots (valid false) round every sub-kernel up to sub_kernel_round elements.
+template <typename Fn>
+void traverse_u85_weights(const U85WeightLayout& L, Fn&& fn) {
+  constexpr int kInterleave = 4;
+  const int ifm_end = L.depthwise ? 1 : L.ifm_depth;
+  const int nblocks = (ifm_end + L.ifm_block_depth - 1) / L.ifm_block_depth;
+  bool forward = true;
+  for (int ofm_block_z = 0; ofm_block_z < L.ofm_depth; ofm_block_z += L.ofm_block_depth) {
+    const int clipped_ofm = std::min(L.ofm_block_depth, L.ofm_depth - ofm_block_z);
+    for (int b = 0; b < nblocks; ++b) {
+      const int ifm_block_z = (forward ? b : nblocks - 1 - b) * L.ifm_block_depth;
+      const int clipped_ifm = std::min(L.ifm_block_depth, ifm_end - ifm_block_z);
+      for (int skx = 0; skx < L.kw; skx += L.decomp_x) {
+        const int sub_w = std::min(L.kw - skx, L.decomp_x);
+        for (int sky = 0; sky < L.kh; sky += L.decomp_y) {
+          const int sub_h = std::min(L.kh - sky, L.decomp_y);
+          const int outer_end = L.depthwise ? 1 : clipped_ifm;
+          for (int io = 0; io < outer_end; io += L.ifm_ublock_depth) {
+            for (int oo = 0; oo < clipped_ofm; oo += L.ofm_ublock_depth) {
+              int remaining = round_up(sub_w * sub_h, L.sub_kernel_round);
+              for (int py = 0; py < L.stride_y; ++py) {
+                const int skh = (sub_h + L.stride_y - 1 - py) / L.stride_y;
+                for (int px = 0; px < L.stride_x; ++px) {
+                  const int skw = (sub_w + L.stride_x - 1 - px) / L.stride_x;
+                  for (int ky = 0; ky < skh; ++ky) {
+                    for (int kxi = 0; kxi < skw; ++kxi) {
+                      const int kx = ky % 2 == 0 ? kxi : skw - 1 - kxi;
+                      --remaining;
+                      const int step = L.depthwise ? 1 : 8;
+                      for (int ii = 0; ii < L.ifm_ublock_depth; ii += step) {
+                        for (int oz = L.core * kInterleave; oz < L.ofm_ublock_depth;
+                             oz += kInterleave * L.cores) {
+                          for (int oi = 0; oi < kInterleave; ++oi) {
+                            for (int iz = 0; iz < step; ++iz) {
+                              const int wx = skx + px + kx * L.stride_x;
+                              const int wy = sky + py + ky * L.stride_y;
+                              const int ifm_z = ifm_block_z + io + ii + iz;
+                              const int ofm_z = ofm_block_z + oo + oi + oz;
+                              fn(ofm_z, wy, wx, ifm_z, ifm_z < ifm_end && ofm_z < L.ofm_depth);
+                            }
+                          }
+                        }
+                      }
+                      if (L.depthwise && remaining % L.sub_kernel_round == 0) {
+                        const int pad = L.dw_padding * L.ofm_ublock_depth / L.cores;
+                        for (int k = 0; k < pad; ++k) {
+                          fn(0, 0, 0, 0, false);
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+              if (remaining > 0) {
+                const int pad = (remaining + (L.depthwise ? L.dw_padding : 0)) *
+                                L.ifm_ublock_depth * L.ofm_ublock_depth / L.cores;
+                for (int k = 0; k < pad; ++k) {
+                  fn(0, 0, 0, 0, false);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+    forward = !forward;
+  }
+}
+
+// OFM micro-block height x width of ACC_FORMAT's microblock field.
+const int kMicroblockHW[6][2] = {{1, 1}, {1, 2}, {1, 4}, {2, 2}, {2, 4}, {4, 4}};
+
+} // namespace
+
+Error Model::u85_conv(bool depthwise) {
+  FeatureMap ifm, ofm;
+  Error e = feature_map(ofm, false, true);
+  if (e != Error::Ok) {
+    return e;
+  }
+  e = feature_map(ifm, false, false);
+  if (e != Error::Ok) {
+    return e;
+  }
+  if (!depthwise && (cmd_param_ & 1)) {
+    return fail(Error::NotSupported, "convolution with IFM2 as weights (matmul) not modelled");
+  }
+  if (((p0(SET_IFM_PRECISION) >> 14) & 3) != 0) {
+    return fail(Error::NotSupported, "IFM_PRECISION 0x%04x: IFM storage %d not modelled",
+                p0(SET_IFM_PRECISION), (p0(SET_IFM_PRECISION) >> 14) & 3);
+  }
+  const int upscale = p0(SET_IFM_UPSCALE) & 3;
+  if (upscale == 3 || (p0(SET_IFM_UPSCALE) & ~3u) != 0) {
+    return fail(Error::InvalidProgram, "IFM_UPSCALE 0x%04x: reserved mode", p0(SET_IFM_UPSCALE));
+  }
+  if (ifm.bits != 8) {
+    return fail(Error::NotSupported, "convolution with a %d-bit IFM not modelled on the Ethos-U85",
+                ifm.bits);
+  }
+  const uint16_t wf = p0(static_cast<Cmd0>(U85_SET_WEIGHT_FORMAT));
+  if (wf != 0) {
+    return fail(Error::NotSupported,
+                "WEIGHT_FORMAT 0x%04x: fast weight decode or 2:4 sparsity not modelled", wf);
+  }
+  const uint16_t ks = p0(SET_KERNEL_STRIDE);
+  const int stride_x = ((((ks >> 6) & 1) << 1) | (ks & 1)) + 1;
+  const int stride_y = ((((ks >> 9) & 1) << 1) | ((ks >> 1) & 1)) + 1;
+  const bool part_kernel = (ks >> 2) & 1;
+  const int dil_x = ((ks >> 3) & 1) + 1;
+  const int dil_y = ((ks >> 4) & 1) + 1;
+  if ((ks >> 5) & 1) {
+    return fail(Error::NotSupported, "KERNEL_STRIDE 0x%04x: 4x4 kernel decomposition", ks);
+  }
+  const int kh_eff = p0(SET_KERNEL_HEIGHT_M1) + 1;
+  const int kw_eff = p0(SET_KERNEL_WIDTH_M1) + 1;
+  if ((kh_eff - 1) % dil_y != 0 || (kw_eff - 1) % dil_x != 0) {
+    return fail(Error::InvalidProgram,
+                "kernel %d x %d (dilated) is not a whole kernel for dilation %d x %d", kh_eff,
+                kw_eff, dil_y, dil_x);
+  }
+  if (depthwise && part_kernel) {
+    return fail(Error::InvalidProgram, "KERNEL_STRIDE 0x%04x: part-kernel-first depthwise", ks);
+  }
+  const int kh = (kh_eff - 1) / dil_y + 1;
+  const int kw = (kw_eff - 1) / dil_x + 1;
+  const int pt = p0(SET_IFM_PAD_TOP), pl = p0(SET_IFM_PAD_LEFT);
+  const int pb = p0(SET_IFM_PAD_BOTTOM), pr = p0(SET_IFM_PAD_RIGHT);
+  e = check_ifm_padding(pt, pl, pb, pr);
+  if (e != Error::Ok) {
+    return e;
+  }
+  ifm.h = (ofm.h - 1) * stride_y + kh_eff - pt - pb;
+  ifm.w = (ofm.w - 1) * stride_x + kw_eff - pl - pr;
+  ifm.c = depthwise ? ofm.c : p0(SET_IFM_DEPTH_M1) + 1;
+  if (ifm.h <= 0 || ifm.w <= 0) {
+    return fail(Error::InvalidProgram,
+                "padding (t %d b %d l %d r %d) leaves no IFM for OFM %d x %d, kernel %d x %d", pt,
+                pb, pl, pr, ofm.h, ofm.w, kh_eff, kw_eff);
+  }
+  if (depthwise && p0(SET_IFM_DEPTH_M1) + 1 < ofm.c) {
+    return fail(Error::InvalidProgram, "depthwise: IFM depth %d < OFM depth %d",
+                p0(SET_IFM_DEPTH_M1) + 1, ofm.c);
+  }
+  const uint64_t macs = static_cast<uint64_t>(ofm.h) * ofm.w * ofm.c * kh * kw *
+                        (depthwise ? 1 : static_cast<uint64_t>(ifm.c));
+  if (macs > kMaxMacs || static_cast<uint64_t>(ofm.h) * ofm.w * ofm.c > kMaxElements ||
+      static_cast<uint64_t>(ofm.c) * kh * kw * ifm.c > kMaxElements) {
+    return fail(Error::NotSupported, "operation of %llu MACs exceeds the model's limit",
+                static_cast<unsigned long long>(macs));
+  }
+  e = u85_output_setup(ofm);
+  if (e != Error::Ok) {
+    return e;
+  }
+
+  // Weight order (regor EthosU85WeightOrdering and ArchEthosU85's IFM block
+  // depth choice for convolutions).
+  const uint16_t acc = p0(SET_ACC_FORMAT);
+  const int* ub = kMicroblockHW[(acc >> 8) & 7];
+  const int macs_per_cc = 1 << macs_per_cc_log2_;
+  U85WeightLayout L;
+  L.ofm_depth = ofm.c;
+  L.kh = kh;
+  L.kw = kw;
+  L.ifm_depth = depthwise ? 1 : ifm.c;
+  L.depthwise = depthwise;
+  L.ofm_block_depth = p0(SET_OFM_BLK_DEPTH_M1) + 1;
+  L.ofm_ublock_depth = macs_per_cc / 8 / (ub[0] * ub[1]);
+  L.decomp_x = 8 / dil_x;
+  L.decomp_y = 8 / dil_y;
+  L.cores = cores_;
+  L.dw_padding = macs_per_cc <= 256 ? 0 : macs_per_cc <= 512 ? 2 : 6;
+  if (depthwise) {
+    L.stride_x = stride_x;
+    L.stride_y = stride_y;
+    L.ifm_block_depth = 1;
+    L.ifm_ublock_depth = 1;
+    L.sub_kernel_round = 10;
+  } else if (part_kernel) {
+    L.stride_x = stride_x;
+    L.stride_y = stride_y;
+    L.ifm_block_depth = 16;
+    L.ifm_ublock_depth = 16;
+    L.sub_kernel_round = 5;
+  } else {
+    L.stride_x = 1;
+    L.stride_y = 1;
+    L.ifm_block_depth =
+        (macs_per_cc <= 256 && L.ofm_ublock_depth == 16) ? 32 : 64;
+    L.ifm_ublock_depth = L.ifm_block_depth;
+    L.sub_kernel_round = 1;
+  }
+  if (L.ofm_ublock_depth < 4 * cores_) {
+    return fail(Error::InvalidProgram,
+                "ACC_FORMAT 0x%04x: microblock %d x %d leaves OFM micro-block depth %d for %d "
+                "cores",
+                acc, ub[0], ub[1], L.ofm_ublock_depth, cores_);
+  }
+  const size_t wcount = static_cast<size_t>(ofm.c) * kh * kw * L.ifm_depth;
+  std::vector<int16_t> W(wcount, 0); // [oc][ky][kx][ic]
+  static const Cmd1 kBase[4] = {SET_WEIGHT_BASE, SET_WEIGHT1_BASE,
+                                static_cast<Cmd1>(U85_SET_WEIGHT2_BASE),
+                                static_cast<Cmd1>(U85_SET_WEIGHT3_BASE)};
+  static const Cmd1 kLength[4] = {SET_WEIGHT_LENGTH, SET_WEIGHT1_LENGTH,
+                                  static_cast<Cmd1>(U85_SET_WEIGHT2_LENGTH),
+                                  static_cast<Cmd1>(U85_SET_WEIGHT3_LENGTH)};
+  std::vector<int16_t> decoded;
+  for (int core = 0; core < cores_; ++core) {
+    uint8_t* wp;
+    const uint64_t wlen = d1(kLength[core]);
+    e = region_span(p0(SET_WEIGHT_REGION) & 7, a1(kBase[core]), wlen, false, "weight stream",
+                    &wp);
+    if (e != Error::Ok) {
+      return e;
+    }
+    decoded.clear();
+    char wmsg[200];
+    if (wlen > 0 && !mlw_decode(wp, wlen, decoded, wmsg, sizeof(wmsg))) {
+      return fail(Error::InvalidProgram, "weight stream %d at 0x%llx (+%llu): %s", core,
+                  static_cast<unsigned long long>(a1(kBase[core])),
+                  static_cast<unsigned long long>(wlen), wmsg);
+    }
+    L.core = core;
+    size_t pos = 0;
+    bool short_stream = false, nonzero_pad = false;
+    traverse_u85_weights(L, [&](int oz, int ky, int kx, int iz, bool valid) {
+      if (pos >= decoded.size()) {
+        short_stream = true;
+        ++pos;
+        return;
+      }
+      const int16_t v = decoded[pos++];
+      if (valid) {
+        W[((static_cast<size_t>(oz) * kh + ky) * kw + kx) * L.ifm_depth + iz] = v;
+      } else if (v != 0) {
+        nonzero_pad = true;
+      }
+    });
+    if (short_stream || pos != decoded.size()) {
+      return fail(Error::InvalidProgram,
+                  "weight stream %d decodes to %u weights; OFM depth %d, kernel %d x %d, IFM "
+                  "depth %d, block depth %d, micro-block depth %d need %u",
+                  core, static_cast<unsigned>(decoded.size()), ofm.c, kh, kw, L.ifm_depth,
+                  L.ofm_block_depth, L.ofm_ublock_depth, static_cast<unsigned>(pos));
+    }
+    if (nonzero_pad) {
+      return fail(Error::InvalidProgram,
+                  "weight stream %d has non-zero values in padding positions", core);
+    }
+  }
+
+  // Bias and scale: 10 bytes per OFM channel; with 32-bit accumulators a
+  // 32-bit bias and 31-bit scale, with 48-bit ones a 48-bit bias and 15-bit
+  // scale; then a 6-bit shift (regor EncodeBias32 / EncodeBias48).
+  uint8_t* sp;
+  const uint64_t slen = d1(SET_SCALE_LENGTH);
+  if (slen < static_cast<uint64_t>(ofm.c) * 10) {
+    return fail(Error::InvalidProgram, "SCALE_LENGTH %llu < 10 bytes x OFM depth %d",
+                static_cast<unsigned long long>(slen), ofm.c);
+  }
+  e = region_span(p0(SET_SCALE_REGION) & 7, a1(SET_SCALE_BASE), static_cast<uint64_t>(ofm.c) * 10,
+                  false, "scale stream", &sp);
+  if (e != Error::Ok) {
+    return e;
+  }
+  if ((p0(SET_OFM_PRECISION) >> 8) & 1) {
+    return fail(Error::NotSupported, "convolution with a global OFM scale not modelled");
+  }
+  const bool acc48 = (acc & 3) == 1;
+  std::vector<int64_t> bias(ofm.c);
+  std::vector<uint32_t> scale(ofm.c);
+  std::vector<int> shift(ofm.c);
+  for (int c = 0; c < ofm.c; ++c) {
+    const uint8_t* q = sp + 10 * c;
+    uint64_t b = 0;
+    const int bias_bytes = acc48 ? 6 : 4;
+    for (int k = 0; k < bias_bytes; ++k) {
+      b |= static_cast<uint64_t>(q[k]) << (8 * k);
+    }
+    const int unused = 64 - 8 * bias_bytes;
+    bias[c] = static_cast<int64_t>(b << unused) >> unused;
+    scale[c] = acc48 ? (uint32_t{q[6]} | ((static_cast<uint32_t>(q[7]) & 0x7f) << 8))
+                     : (uint32_t{q[4]} | (uint32_t{q[5]} << 8) | (uint32_t{q[6]} << 16) |
+                        ((static_cast<uint32_t>(q[7]) & 0x7f) << 24));
+    shift[c] = q[8] & 0x3f;
+    if (ofm_round_ == kRoundExact && shift[c] != 0) {
+      return fail(Error::NotSupported,
+                  "OFM rounding DOUBLE_SYMMETRIC with shift %d (channel %d) not modelled",
+                  shift[c], c);
+    }
+  }
+
+  std::vector<int32_t> in;
+  e = read_ifm(ifm, upscale, in);
+  if (e != Error::Ok) {
+    return e;
+  }
+  if (stats_) {
+    stats_->macs += macs;
+    ++stats_->ops;
+  }
+  std::vector<int64_t> accv(ofm.c);
+  for (int oy = 0; oy < ofm.h; ++oy) {
+    for (int ox = 0; ox < ofm.w; ++ox) {
+      for (int c = 0; c < ofm.c; ++c) {
+        accv[c] = bias[c];
+      }
+      for (int ky = 0; ky < kh; ++ky) {
+        const int iy = oy * stride_y - pt + ky * dil_y;
+        if (iy < 0 || iy >= ifm.h) {
+          continue;
+        }
+        for (int kx = 0; kx < kw; ++kx) {
+          const int ix = ox * stride_x - pl + kx * dil_x;
+          if (ix < 0 || ix >= ifm.w) {
+            continue;
+          }
+          const int32_t* px = &in[(static_cast<size_t>(iy) * ifm.w + ix) * ifm.c];
+          if (depthwise) {
+            for (int c = 0; c < ofm.c; ++c) {
+              accv[c] += int64_t{px[c]} * W[(static_cast<size_t>(c) * kh + ky) * kw + kx];
+            }
+          } else {
+            for (int oc = 0; oc < ofm.c; ++oc) {
+              const int16_t* wr = &W[((static_cast<size_t>(oc) * kh + ky) * kw + kx) * ifm.c];
+              int64_t s = 0;
+              for (int ic = 0; ic < ifm.c; ++ic) {
+                s += int64_t{px[ic]} * wr[ic];
+              }
+              accv[oc] += s;
+            }
+          }
+        }
+      }
+      for (int c = 0; c < ofm.c; ++c) {
+        e = u85_write_output(ofm, oy, ox, c,
+                             scale_round(accv[c], scale[c], shift[c], ofm_round_));
+        if (e != Error::Ok) {
+          return e;
+        }
+      }
+    }
+  }
+  return Error::Ok;
+}
+
+} // namespace detail
+} // namespace npu_model
+} // namespace ethosu_ng

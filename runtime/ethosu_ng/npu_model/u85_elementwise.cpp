@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0
+// Ethos-U85 elementwise operations (NPU_OP_ELEMENTWISE): MUL, ADD, SUB, MIN,
+// MAX, ABS with per-operand scaling (IFM_SCALE, IFM2_SCALE), broadcast of
+// either input in H/W/C and scalars (IFM_BROADCAST, IFM2_BROADCAST,
+// OP_SCALAR). See docs/npu-model.md, "Ethos-U85".
+#include <ethosu_ng/npu_model/model.h>
+
+#include <algorithm>
+
+namespace ethosu_ng {
+namespace npu_model {
+namespace detail {
+
+namespace {
+
+constexpr int kMul = 0, kAdd = 1, kSub = 2, kMin = 3, kMax = 4, kAbs = 6;
+
+struct OperandScale {
+  uint32_t scale;
+  int shift;
+  int round;
+};
+
+} // namespace
+
+Error Model::u85_elementwise() {
+  const uint16_t mode = cmd_param_ & 0x3f;
+  if (!(mode <= kMax || mode == kAbs)) {
+    return fail(Error::NotSupported, "elementwise mode %u not modelled (MUL, ADD, SUB, MIN, MAX, "
+                "ABS are)", mode);
+  }
+  const bool unary = mode == kAbs;
+  FeatureMap ifm, ifm2, ofm;
+  Error e = feature_map(ofm, false, true);
+  if (e != Error::Ok) {
+    return e;
+  }
+  if (p0(SET_IFM_UPSCALE) != 0) {
+    return fail(Error::NotSupported, "IFM_UPSCALE %u on an elementwise op not modelled",
+                p0(SET_IFM_UPSCALE));
+  }
+  if (static_cast<uint64_t>(ofm.h) * ofm.w * ofm.c > kMaxElements) {
+    return fail(Error::NotSupported, "OFM of %d x %d x %d exceeds the model's limit", ofm.h, ofm.w,
+                ofm.c);
+  }
+  // Each input: its feature map (or a scalar), broadcast and scale.
+  struct Input {
+    FeatureMap* fm;
+    bool scalar;
+    std::vector<int32_t> data;
+    OperandScale s;
+  } inputs[2] = {{&ifm, false, {}, {}}, {&ifm2, false, {}, {}}};
+  const int ninputs = unary ? 1 : 2;
+  for (int k = 0; k < ninputs; ++k) {
+    Input& in = inputs[k];
+    e = feature_map(*in.fm, k == 1, false);
+    if (e != Error::Ok) {
+      return e;
+    }
+    const uint16_t prec = k == 1 ? p0(SET_IFM2_PRECISION) : p0(SET_IFM_PRECISION);
+    const uint16_t bc = k == 1 ? p0(SET_IFM2_BROADCAST) : p0(static_cast<Cmd0>(U85_SET_IFM_BROADCAST));
+    const int storage = (prec >> 14) & 3;
+    if ((bc & 0xf) > 8) {
+      return fail(Error::InvalidProgram, "%s_BROADCAST 0x%04x: reserved mode", in.fm->name, bc);
+    }
+    in.scalar = (bc & 0xf) == 8;
+    if (in.scalar != (storage == 3) || storage == 1 || storage == 2) {
+      return fail(Error::NotSupported,
+                  "%s: storage %d with broadcast 0x%04x (chained or 3x1 tiles) not modelled",
+                  in.fm->name, storage, bc);
+    }
+    in.fm->h = (bc & 1) ? 1 : ofm.h;
+    in.fm->w = (bc & 2) ? 1 : ofm.w;
+    in.fm->c = (bc & 4) ? 1 : ofm.c;
+    const Cmd1 sreg = static_cast<Cmd1>(k == 1 ? U85_SET_IFM2_SCALE : U85_SET_IFM_SCALE);
+    const uint16_t sp = p1(sreg);
+    in.s.scale = d1(sreg) & 0x7fffffffu;
+    in.s.shift = sp & 0x3f;
+    e = u85_rounding(k == 1 ? "IFM2_SCALE" : "IFM_SCALE", (sp >> 13) & 1, (sp >> 6) & 0x1f,
+                     &in.s.round);
+    if (e != Error::Ok) {
+      return e;
+    }
+    if (in.s.round == kRoundExact && in.s.shift != 0) {
+      return fail(Error::NotSupported,
+                  "%s_SCALE: rounding DOUBLE_SYMMETRIC with shift %d not modelled", in.fm->name,
+                  in.s.shift);
+    }
+  }
+  if (ifm.bits == 32 || (!unary && ifm2.bits == 32)) {
+    return fail(Error::NotSupported, "elementwise %u with 32-bit inputs not modelled", mode);
+  }
+  e = u85_output_setup(ofm);
+  if (e != Error::Ok) {
+    return e;
+  }
+  const uint32_t ofm_scale = d1(SET_OFM_SCALE) & 0x7fffffffu;
+  const int ofm_shift = p1(SET_OFM_SCALE) & 0x3f;
+  if (ofm_round_ == kRoundExact && ofm_shift != 0) {
+    return fail(Error::NotSupported, "OFM rounding DOUBLE_SYMMETRIC with shift %d not modelled",
+                ofm_shift);
+  }
+  int32_t scalar_v[2] = {0, 0};
+  for (int k = 0; k < ninputs; ++k) {
+    Input& in = inputs[k];
+    if (in.scalar) {
+      // OP_SCALAR holds the value in the input's type, zero point included.
+      const uint32_t raw = d1(static_cast<Cmd1>(U85_SET_OP_SCALAR));
+      scalar_v[k] = static_cast<int32_t>(raw) - in.fm->zp;
+    } else {
+      e = read_dense(*in.fm, in.data);
+      if (e != Error::Ok) {
+        return e;
+      }
+    }
+  }
+  if (stats_) {
+    ++stats_->ops;
+  }
+  for (int y = 0; y < ofm.h; ++y) {
+    for (int x = 0; x < ofm.w; ++x) {
+      for (int c = 0; c < ofm.c; ++c) {
+        int64_t v[2] = {0, 0};
+        for (int k = 0; k < ninputs; ++k) {
+          const Input& in = inputs[k];
+          int64_t raw;
+          if (in.scalar) {
+            raw = scalar_v[k];
+          } else {
+            const FeatureMap& f = *in.fm;
+            const int by = f.h == 1 ? 0 : y, bx = f.w == 1 ? 0 : x, bc = f.c == 1 ? 0 : c;
+            raw = in.data[(static_cast<size_t>(by) * f.w + bx) * f.c + bc];
+          }
+          v[k] = scale_round(raw, in.s.scale, in.s.shift, in.s.round);
+        }
+        int64_t r = 0;
+        switch (mode) {
+          case kMul:
+            r = v[0] * v[1];
+            break;
+          case kAdd:
+            r = v[0] + v[1];
+            break;
+          case kSub:
+            r = v[0] - v[1];
+            break;
+          case kMin:
+            r = std::min(v[0], v[1]);
+            break;
+          case kMax:
+            r = std::max(v[0], v[1]);
+            break;
+          default: // kAbs
+            r = v[0] < 0 ? -v[0] : v[0];
+            break;
+        }
+        e = u85_write_output(ofm, y, x, c, scale_round(r, ofm_scale, ofm_shift, ofm_round_));
+        if (e != Error::Ok) {
+          return e;
+        }
+      }
+    }
+  }
+  return Error::Ok;
+}
+
+} // namespace detail
+} // namespace npu_model
+} // namespace ethosu_ng

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0
+// Ethos-U85 accumulator format, OFM rounding, output stage and OFM transposes,
+// shared by the U85 operation families. Field layouts: regor
+// ethos_u85_interface.hpp (npu_set_acc_format_t, npu_set_ofm_precision_t,
+// npu_set_ofm_scale_t, npu_set_activation_t). See docs/npu-model.md.
+#include <ethosu_ng/npu_model/model.h>
+
+#include <algorithm>
+
+namespace ethosu_ng {
+namespace npu_model {
+namespace detail {
+
+// ACC_FORMAT: acc_format bits 0..1 (0 I32, 1 I48), acc_input bits 4..5
+// (0 RESET, 1 KEEP, 2 IFM2), acc_output bit 6 (0 ENABLE), microblock bits
+// 8..10 (0..5). Only a kernel that starts from a reset accumulator and writes
+// its OFM is modelled (chained and accumulate-into operations are not).
+Error Model::u85_check_acc() {
+  const uint16_t acc = p0(SET_ACC_FORMAT);
+  if ((acc & 3) > 1 || ((acc >> 4) & 3) == 3 || ((acc >> 8) & 7) > 5) {
+    return fail(Error::InvalidProgram,
+                "ACC_FORMAT 0x%04x: reserved accumulator format, input or microblock", acc);
+  }
+  if (((acc >> 4) & 3) != 0 || ((acc >> 6) & 1) != 0) {
+    return fail(Error::NotSupported,
+                "ACC_FORMAT 0x%04x: accumulator input %d / output %s (chained or accumulating "
+                "kernels) not modelled",
+                acc, (acc >> 4) & 3, ((acc >> 6) & 1) ? "disabled" : "enabled");
+  }
+  return Error::Ok;
+}
+
+// Maps a U85 round_mode field to the model's rounding. round_mode_ofm: 0
+// DOUBLE_SYMMETRIC, 1 NATURAL, 2 DOUBLE_ASYMMETRIC, 3 SYMMETRIC, 4
+// TRUNCATE_TO_ZERO, 5 TRUNCATE_TO_LOWER. NATURAL is TOSA's single rounding
+// and is what Vela emits for the TOSA graphs here; DOUBLE_SYMMETRIC is
+// accepted only with shift 0 (kRoundExact: the result is exact whatever the
+// rounding), the other modes and a non-zero dbl_rnd are NotSupported.
+Error Model::u85_rounding(const char* reg, int mode, int dbl_rnd, int* round) {
+  if (dbl_rnd != 0) {
+    return fail(Error::NotSupported, "%s: double-round shift %d not modelled", reg, dbl_rnd);
+  }
+  switch (mode) {
+    case 1:
+      *round = kRoundNatural;
+      return Error::Ok;
+    case 0:
+      *round = kRoundExact;
+      return Error::Ok;
+    case 2:
+    case 3:
+    case 4:
+    case 5:
+      return fail(Error::NotSupported, "%s: rounding mode %d not modelled", reg, mode);
+    default:
+      return fail(Error::InvalidProgram, "%s: reserved rounding mode %d", reg, mode);
+  }
+}
+
+Error Model::u85_output_setup(FeatureMap& ofm) {
+  trace(cmd_name_, ofm);
+  if (stats_ && ((ofm.w > ofm.w0 && ofm.base[1] == ofm.base[0]) ||
+                 (ofm.h > ofm.h0 && ofm.base[2] == ofm.base[0]))) {
+    ++stats_->aliased_ofm_ops;
+  }
+  const uint16_t prec = p0(SET_OFM_PRECISION);
+  const int reverse = (prec >> 9) & 3;
+  const int transpose = (prec >> 11) & 7;
+  const int storage = (prec >> 14) & 3;
+  if (transpose == 4 || transpose == 5) {
+    return fail(Error::InvalidProgram, "OFM_PRECISION 0x%04x: reserved transpose %d", prec,
+                transpose);
+  }
+  if (reverse != 0) {
+    return fail(Error::NotSupported, "OFM_PRECISION 0x%04x: OFM reverse (%d) not modelled", prec,
+                reverse);
+  }
+  if (storage != 0) {
+    return fail(Error::NotSupported,
+                "OFM_PRECISION 0x%04x: OFM storage %d (3x1 tiles, chained or no output) not "
+                "modelled",
+                prec, storage);
+  }
+  ofm.transpose = transpose;
+  const uint16_t sp = p1(SET_OFM_SCALE);
+  Error e = u85_rounding("OFM_SCALE", (sp >> 13) & 7, (sp >> 6) & 0x1f, &ofm_round_);
+  if (e != Error::Ok) {
+    return e;
+  }
+  const uint16_t act = p0(SET_ACTIVATION);
+  if ((act & 0x1f) != 0) {
+    return fail(Error::NotSupported,
+                "ACTIVATION 0x%04x: function %d (LUT) not modelled on the Ethos-U85", act,
+                act & 0x1f);
+  }
+  int64_t lo, hi;
+  if (ofm.bits >= 32) {
+    lo = ofm.is_signed ? INT32_MIN : 0;
+    hi = ofm.is_signed ? INT32_MAX : UINT32_MAX;
+  } else {
+    lo = ofm.is_signed ? -(int64_t{1} << (ofm.bits - 1)) : 0;
+    hi = ofm.is_signed ? (int64_t{1} << (ofm.bits - 1)) - 1 : (int64_t{1} << ofm.bits) - 1;
+  }
+  // activation_clip_range (bit 12): 0 clamps to the 16-bit ACTIVATION_MIN/MAX
+  // (in the OFM's signedness), 1 only to the OFM type.
+  if (((act >> 12) & 1) == 0) {
+    const uint16_t amin = p0(SET_ACTIVATION_MIN);
+    const uint16_t amax = p0(SET_ACTIVATION_MAX);
+    lo = std::max(lo, ofm.is_signed ? int64_t{static_cast<int16_t>(amin)} : int64_t{amin});
+    hi = std::min(hi, ofm.is_signed ? int64_t{static_cast<int16_t>(amax)} : int64_t{amax});
+  }
+  act_lo_ = lo;
+  act_hi_ = hi;
+  lut_index_ = -1;
+  return Error::Ok;
+}
+
+// Stores one computed OFM element (h, w, c) at its transposed position
+// (activation_transpose: 0 HWC, 1 WHC, 2 HCW, 3 WCH, 6 CHW, 7 CWH name the
+// stored axes in terms of the computed ones).
+Error Model::u85_write_output(const FeatureMap& ofm, int y, int x, int c, int64_t scaled) {
+  int64_t v = scaled + ofm.zp;
+  v = std::min(act_hi_, std::max(act_lo_, v));
+  int sy = y, sx = x, sc = c;
+  switch (ofm.transpose) {
+    case 1:
+      sy = x, sx = y;
+      break;
+    case 2:
+      sx = c, sc = x;
+      break;
+    case 3:
+      sy = x, sx = c, sc = y;
+      break;
+    case 6:
+      sy = c, sx = y, sc = x;
+      break;
+    case 7:
+      sy = c, sc = y;
+      break;
+    default:
+      break;
+  }
+  uint8_t* p;
+  Error e = element_ptr(ofm, sy, sx, sc, true, &p);
+  if (e != Error::Ok) {
+    return e;
+  }
+  switch (ofm.esize) {
+    case 1:
+      *p = static_cast<uint8_t>(v);
+      break;
+    case 2: {
+      const uint16_t u = static_cast<uint16_t>(v);
+      std::memcpy(p, &u, 2);
+      break;
+    }
+    default: {
+      const uint32_t u = static_cast<uint32_t>(v);
+      std::memcpy(p, &u, 4);
+      break;
+    }
+  }
+  return Error::Ok;
+}
+
+} // namespace detail
+} // namespace npu_model
+} // namespace ethosu_ng
