@@ -256,15 +256,15 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
             break;
           case OP_CONV:
           case OP_DEPTHWISE:
-            e = u85_check_acc();
+            e = u85_check_acc(false);
             e = e == Error::Ok ? u85_conv(op == OP_DEPTHWISE) : e;
             break;
           case OP_POOL:
-            e = u85_check_acc();
+            e = u85_check_acc(true);
             e = e == Error::Ok ? u85_pool() : e;
             break;
           case OP_ELEMENTWISE:
-            e = u85_check_acc();
+            e = u85_check_acc(false);
             e = e == Error::Ok ? u85_elementwise() : e;
             break;
           case U85_OP_RESIZE:
@@ -509,6 +509,9 @@ Error Model::read_dense(const FeatureMap& f, std::vector<int32_t>& out) {
   if (n > kMaxElements) {
     return fail(Error::NotSupported, "%s of %d x %d x %d elements exceeds the model's limit",
                 f.name, f.h, f.w, f.c);
+  }
+  if (f.chain >= 0) {
+    return read_chain(f, out);
   }
   out.resize(n);
   size_t k = 0;

@@ -301,5 +301,55 @@ bool mlw_decode(
 #undef MLW_GET
 }
 
+// Ethos-U85 fast weight decode (FWD) format, as regor's mlw_encode_fwd.cpp
+// writes it: a 256-bit header (bit 0 raw mode, bit 1 small LUT, bits
+// 104..111 a signed zero adjustment, from bit 112 sixteen 9-bit LUT entries
+// folded as magnitude << 1 | sign), then from bit 256 one code per weight: 2-bit
+// LUT index (small LUT), 8-bit value + zero adjustment (raw) or 4-bit LUT
+// index; LSB first. The stream carries no count: the caller says how many.
+bool fwd_decode(
+    const uint8_t* in,
+    size_t size,
+    size_t count,
+    std::vector<int16_t>& out,
+    char* msg,
+    size_t msg_cap) {
+  BitReader br(in, size);
+  uint32_t raw = 0, small = 0, zadj = 0, skip = 0;
+  bool ok = br.get(1, &raw) && br.get(1, &small);
+  for (int k = 0; ok && k < 102; k += 17) {
+    ok = br.get(17, &skip);
+  }
+  ok = ok && br.get(8, &zadj);
+  int16_t lut[16] = {};
+  for (int k = 0; ok && k < 16; ++k) {
+    uint32_t f = 0;
+    ok = br.get(9, &f);
+    const int mag = static_cast<int>(f >> 1);
+    lut[k] = static_cast<int16_t>((f & 1) ? -mag : mag);
+  }
+  if (!ok) {
+    say(msg, msg_cap, "fast weight stream of %u bytes: header truncated",
+        static_cast<unsigned>(size));
+    return false;
+  }
+  const int bits = raw ? 8 : small ? 2 : 4;
+  if (count > (size_t{1} << 28) ||
+      256 + static_cast<uint64_t>(count) * bits > static_cast<uint64_t>(size) * 8) {
+    say(msg, msg_cap, "fast weight stream of %u bytes holds fewer than %u %d-bit weights",
+        static_cast<unsigned>(size), static_cast<unsigned>(count), bits);
+    return false;
+  }
+  const int adjust = static_cast<int8_t>(static_cast<uint8_t>(zadj));
+  out.reserve(out.size() + count);
+  for (size_t k = 0; k < count; ++k) {
+    uint32_t v = 0;
+    br.get(bits, &v);
+    out.push_back(raw ? static_cast<int16_t>(static_cast<int8_t>(static_cast<uint8_t>(v)) - adjust)
+                      : lut[v]);
+  }
+  return true;
+}
+
 } // namespace npu_model
 } // namespace ethosu_ng

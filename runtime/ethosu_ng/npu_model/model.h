@@ -54,6 +54,8 @@ struct FeatureMap {
   // Ethos-U85 OFM: the stored axes in terms of the computed (h, w, c) ones
   // (OFM_PRECISION activation_transpose; 0 is HWC, the identity).
   int transpose = 0;
+  // Ethos-U85 chaining buffer this map is (storage CHAINED), -1 for memory.
+  int chain = -1;
   int32_t zp = 0;
   // The region's memory, when it may be accessed this way (null: every access
   // goes through region_span, which reports the error).
@@ -168,7 +170,9 @@ class Model {
   Error u85_output_setup(FeatureMap& ofm);
   Error u85_write_output(const FeatureMap& ofm, int y, int x, int c, int64_t scaled);
   Error u85_rounding(const char* reg, int mode, int shift, int* round);
-  Error u85_check_acc();
+  Error u85_check_acc(bool ifm2_accumulator);
+  Error u85_chained_input(FeatureMap& f, uint16_t precision);
+  Error read_chain(const FeatureMap& f, std::vector<int32_t>& out);
 
   // ---- memory
   Error region_span(int region, uint64_t addr, uint64_t len, bool write, const char* what,
@@ -196,6 +200,15 @@ class Model {
   // Ethos-U85 payload (optimizer config product 2), and its core count.
   bool u85_ = false;
   int cores_ = 1;
+  // Ethos-U85 chaining buffers (OFM storage CHAINED, OFM_REGION the index):
+  // the output of one kernel held inside the NPU for the next one, as the
+  // values it would have stored, dense HWC.
+  struct ChainBuffer {
+    int h = 0, w = 0, c = 0;
+    bool written = false;
+    std::vector<int64_t> values;
+  };
+  ChainBuffer chain_[8];
 
   // Decoded output stage of the current operation.
   int64_t act_lo_ = 0, act_hi_ = 0;

@@ -66,5 +66,16 @@ bool mlw_decode(
     char* msg,
     size_t msg_cap);
 
+// Decodes `count` weights of one Ethos-U85 fast-weight-decode (FWD) stream,
+// appended to `out`. Returns false with a message when the stream is shorter
+// than its header plus `count` codes.
+bool fwd_decode(
+    const uint8_t* in,
+    size_t size,
+    size_t count,
+    std::vector<int16_t>& out,
+    char* msg,
+    size_t msg_cap);
+
 } // namespace npu_model
 } // namespace ethosu_ng

@@ -123,9 +123,9 @@ Error Model::u85_conv(bool depthwise) {
   if (!depthwise && (cmd_param_ & 1)) {
     return fail(Error::NotSupported, "convolution with IFM2 as weights (matmul) not modelled");
   }
-  if (((p0(SET_IFM_PRECISION) >> 14) & 3) != 0) {
-    return fail(Error::NotSupported, "IFM_PRECISION 0x%04x: IFM storage %d not modelled",
-                p0(SET_IFM_PRECISION), (p0(SET_IFM_PRECISION) >> 14) & 3);
+  e = u85_chained_input(ifm, p0(SET_IFM_PRECISION));
+  if (e != Error::Ok) {
+    return e;
   }
   const int upscale = p0(SET_IFM_UPSCALE) & 3;
   if (upscale == 3 || (p0(SET_IFM_UPSCALE) & ~3u) != 0) {
@@ -135,10 +135,18 @@ Error Model::u85_conv(bool depthwise) {
     return fail(Error::NotSupported, "convolution with a %d-bit IFM not modelled on the Ethos-U85",
                 ifm.bits);
   }
+  // WEIGHT_FORMAT: bit 0 fast weight decode (FWD), bit 4 2:4 sparsity.
   const uint16_t wf = p0(static_cast<Cmd0>(U85_SET_WEIGHT_FORMAT));
-  if (wf != 0) {
-    return fail(Error::NotSupported,
-                "WEIGHT_FORMAT 0x%04x: fast weight decode or 2:4 sparsity not modelled", wf);
+  if ((wf & ~0x11u) != 0) {
+    return fail(Error::InvalidProgram, "WEIGHT_FORMAT 0x%04x: reserved bits", wf);
+  }
+  if (wf & 0x10) {
+    return fail(Error::NotSupported, "WEIGHT_FORMAT 0x%04x: 2:4 sparse weights not modelled", wf);
+  }
+  const bool fast = wf & 1;
+  if (fast && depthwise) {
+    return fail(Error::InvalidProgram, "WEIGHT_FORMAT 0x%04x: fast weight decode on a depthwise",
+                wf);
   }
   const uint16_t ks = p0(SET_KERNEL_STRIDE);
   const int stride_x = ((((ks >> 6) & 1) << 1) | (ks & 1)) + 1;
@@ -236,54 +244,98 @@ Error Model::u85_conv(bool depthwise) {
   }
   const size_t wcount = static_cast<size_t>(ofm.c) * kh * kw * L.ifm_depth;
   std::vector<int16_t> W(wcount, 0); // [oc][ky][kx][ic]
+  // Each core's stream positions: the index into W, or -1 for a padding slot.
+  std::vector<int32_t> slots[4];
+  for (int core = 0; core < cores_; ++core) {
+    L.core = core;
+    traverse_u85_weights(L, [&](int oz, int ky, int kx, int iz, bool valid) {
+      slots[core].push_back(
+          valid ? static_cast<int32_t>(((static_cast<size_t>(oz) * kh + ky) * kw + kx) *
+                                           L.ifm_depth +
+                                       iz)
+                : -1);
+    });
+  }
   static const Cmd1 kBase[4] = {SET_WEIGHT_BASE, SET_WEIGHT1_BASE,
                                 static_cast<Cmd1>(U85_SET_WEIGHT2_BASE),
                                 static_cast<Cmd1>(U85_SET_WEIGHT3_BASE)};
   static const Cmd1 kLength[4] = {SET_WEIGHT_LENGTH, SET_WEIGHT1_LENGTH,
                                   static_cast<Cmd1>(U85_SET_WEIGHT2_LENGTH),
                                   static_cast<Cmd1>(U85_SET_WEIGHT3_LENGTH)};
-  std::vector<int16_t> decoded;
-  for (int core = 0; core < cores_; ++core) {
-    uint8_t* wp;
-    const uint64_t wlen = d1(kLength[core]);
-    e = region_span(p0(SET_WEIGHT_REGION) & 7, a1(kBase[core]), wlen, false, "weight stream",
-                    &wp);
-    if (e != Error::Ok) {
-      return e;
-    }
-    decoded.clear();
-    char wmsg[200];
-    if (wlen > 0 && !mlw_decode(wp, wlen, decoded, wmsg, sizeof(wmsg))) {
-      return fail(Error::InvalidProgram, "weight stream %d at 0x%llx (+%llu): %s", core,
-                  static_cast<unsigned long long>(a1(kBase[core])),
-                  static_cast<unsigned long long>(wlen), wmsg);
-    }
-    L.core = core;
-    size_t pos = 0;
-    bool short_stream = false, nonzero_pad = false;
-    traverse_u85_weights(L, [&](int oz, int ky, int kx, int iz, bool valid) {
-      if (pos >= decoded.size()) {
-        short_stream = true;
-        ++pos;
-        return;
-      }
-      const int16_t v = decoded[pos++];
-      if (valid) {
-        W[((static_cast<size_t>(oz) * kh + ky) * kw + kx) * L.ifm_depth + iz] = v;
-      } else if (v != 0) {
-        nonzero_pad = true;
-      }
-    });
-    if (short_stream || pos != decoded.size()) {
+  // Places decoded values on their slots; padding slots must be zero.
+  auto place = [&](const std::vector<int16_t>& values, const std::vector<int32_t>& order,
+                   int stream) -> Error {
+    if (values.size() != order.size()) {
       return fail(Error::InvalidProgram,
                   "weight stream %d decodes to %u weights; OFM depth %d, kernel %d x %d, IFM "
                   "depth %d, block depth %d, micro-block depth %d need %u",
-                  core, static_cast<unsigned>(decoded.size()), ofm.c, kh, kw, L.ifm_depth,
-                  L.ofm_block_depth, L.ofm_ublock_depth, static_cast<unsigned>(pos));
+                  stream, static_cast<unsigned>(values.size()), ofm.c, kh, kw, L.ifm_depth,
+                  L.ofm_block_depth, L.ofm_ublock_depth, static_cast<unsigned>(order.size()));
     }
-    if (nonzero_pad) {
-      return fail(Error::InvalidProgram,
-                  "weight stream %d has non-zero values in padding positions", core);
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (order[k] >= 0) {
+        W[static_cast<size_t>(order[k])] = values[k];
+      } else if (values[k] != 0) {
+        return fail(Error::InvalidProgram,
+                    "weight stream %d has a non-zero value in padding position %u", stream,
+                    static_cast<unsigned>(k));
+      }
+    }
+    return Error::Ok;
+  };
+  std::vector<int16_t> decoded;
+  char wmsg[200];
+  if (fast) {
+    // One stream for every core: blocks of each core's positions in turn
+    // (regor EthosU85WeightOrderingFwd).
+    const int block = L.ofm_ublock_depth * L.ifm_ublock_depth * L.sub_kernel_round / cores_;
+    std::vector<int32_t> order;
+    size_t taken[4] = {0, 0, 0, 0};
+    for (bool more = true; more;) {
+      more = false;
+      for (int core = 0; core < cores_; ++core) {
+        const size_t n = std::min<size_t>(block, slots[core].size() - taken[core]);
+        order.insert(order.end(), slots[core].begin() + taken[core],
+                     slots[core].begin() + taken[core] + n);
+        taken[core] += n;
+        more = more || taken[core] < slots[core].size();
+      }
+    }
+    uint8_t* wp;
+    const uint64_t wlen = d1(SET_WEIGHT_LENGTH);
+    e = region_span(p0(SET_WEIGHT_REGION) & 7, a1(SET_WEIGHT_BASE), wlen, false,
+                    "weight stream", &wp);
+    if (e != Error::Ok) {
+      return e;
+    }
+    if (!fwd_decode(wp, wlen, order.size(), decoded, wmsg, sizeof(wmsg))) {
+      return fail(Error::InvalidProgram, "weight stream at 0x%llx (+%llu): %s",
+                  static_cast<unsigned long long>(a1(SET_WEIGHT_BASE)),
+                  static_cast<unsigned long long>(wlen), wmsg);
+    }
+    e = place(decoded, order, 0);
+    if (e != Error::Ok) {
+      return e;
+    }
+  } else {
+    for (int core = 0; core < cores_; ++core) {
+      uint8_t* wp;
+      const uint64_t wlen = d1(kLength[core]);
+      e = region_span(p0(SET_WEIGHT_REGION) & 7, a1(kBase[core]), wlen, false, "weight stream",
+                      &wp);
+      if (e != Error::Ok) {
+        return e;
+      }
+      decoded.clear();
+      if (wlen > 0 && !mlw_decode(wp, wlen, decoded, wmsg, sizeof(wmsg))) {
+        return fail(Error::InvalidProgram, "weight stream %d at 0x%llx (+%llu): %s", core,
+                    static_cast<unsigned long long>(a1(kBase[core])),
+                    static_cast<unsigned long long>(wlen), wmsg);
+      }
+      e = place(decoded, slots[core], core);
+      if (e != Error::Ok) {
+        return e;
+      }
     }
   }
 

@@ -64,10 +64,15 @@ Error Model::u85_elementwise() {
       return fail(Error::InvalidProgram, "%s_BROADCAST 0x%04x: reserved mode", in.fm->name, bc);
     }
     in.scalar = (bc & 0xf) == 8;
-    if (in.scalar != (storage == 3) || storage == 1 || storage == 2) {
-      return fail(Error::NotSupported,
-                  "%s: storage %d with broadcast 0x%04x (chained or 3x1 tiles) not modelled",
-                  in.fm->name, storage, bc);
+    if (in.scalar != (storage == 3)) {
+      return fail(Error::InvalidProgram, "%s: storage %d with broadcast 0x%04x", in.fm->name,
+                  storage, bc);
+    }
+    if (!in.scalar) {
+      e = u85_chained_input(*in.fm, prec);
+      if (e != Error::Ok) {
+        return e;
+      }
     }
     in.fm->h = (bc & 1) ? 1 : ofm.h;
     in.fm->w = (bc & 2) ? 1 : ofm.w;
@@ -87,8 +92,8 @@ Error Model::u85_elementwise() {
                   in.s.shift);
     }
   }
-  if (ifm.bits == 32 || (!unary && ifm2.bits == 32)) {
-    return fail(Error::NotSupported, "elementwise %u with 32-bit inputs not modelled", mode);
+  if (mode == kMul && (ifm.bits == 32 || ifm2.bits == 32)) {
+    return fail(Error::NotSupported, "elementwise MUL with 32-bit inputs not modelled");
   }
   e = u85_output_setup(ofm);
   if (e != Error::Ok) {

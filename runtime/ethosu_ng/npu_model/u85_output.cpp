@@ -13,15 +13,17 @@ namespace detail {
 
 // ACC_FORMAT: acc_format bits 0..1 (0 I32, 1 I48), acc_input bits 4..5
 // (0 RESET, 1 KEEP, 2 IFM2), acc_output bit 6 (0 ENABLE), microblock bits
-// 8..10 (0..5). Only a kernel that starts from a reset accumulator and writes
-// its OFM is modelled (chained and accumulate-into operations are not).
-Error Model::u85_check_acc() {
+// 8..10 (0..5). Modelled: kernels that start from a reset accumulator and
+// output it; with `ifm2_accumulator`, also an accumulator loaded from IFM2
+// (the pooling mode NONE Vela uses to rescale 32-bit tensors).
+Error Model::u85_check_acc(bool ifm2_accumulator) {
   const uint16_t acc = p0(SET_ACC_FORMAT);
   if ((acc & 3) > 1 || ((acc >> 4) & 3) == 3 || ((acc >> 8) & 7) > 5) {
     return fail(Error::InvalidProgram,
                 "ACC_FORMAT 0x%04x: reserved accumulator format, input or microblock", acc);
   }
-  if (((acc >> 4) & 3) != 0 || ((acc >> 6) & 1) != 0) {
+  const int input = (acc >> 4) & 3;
+  if (!(input == 0 || (input == 2 && ifm2_accumulator)) || ((acc >> 6) & 1) != 0) {
     return fail(Error::NotSupported,
                 "ACC_FORMAT 0x%04x: accumulator input %d / output %s (chained or accumulating "
                 "kernels) not modelled",
@@ -59,14 +61,16 @@ Error Model::u85_rounding(const char* reg, int mode, int dbl_rnd, int* round) {
 
 Error Model::u85_output_setup(FeatureMap& ofm) {
   trace(cmd_name_, ofm);
-  if (stats_ && ((ofm.w > ofm.w0 && ofm.base[1] == ofm.base[0]) ||
-                 (ofm.h > ofm.h0 && ofm.base[2] == ofm.base[0]))) {
-    ++stats_->aliased_ofm_ops;
-  }
   const uint16_t prec = p0(SET_OFM_PRECISION);
   const int reverse = (prec >> 9) & 3;
   const int transpose = (prec >> 11) & 7;
   const int storage = (prec >> 14) & 3;
+  // Tiles are in the stored (transposed) axes.
+  if (stats_ && transpose == 0 && storage == 0 &&
+      ((ofm.w > ofm.w0 && ofm.base[1] == ofm.base[0]) ||
+       (ofm.h > ofm.h0 && ofm.base[2] == ofm.base[0]))) {
+    ++stats_->aliased_ofm_ops;
+  }
   if (transpose == 4 || transpose == 5) {
     return fail(Error::InvalidProgram, "OFM_PRECISION 0x%04x: reserved transpose %d", prec,
                 transpose);
@@ -75,11 +79,24 @@ Error Model::u85_output_setup(FeatureMap& ofm) {
     return fail(Error::NotSupported, "OFM_PRECISION 0x%04x: OFM reverse (%d) not modelled", prec,
                 reverse);
   }
-  if (storage != 0) {
+  if (storage == 1 || storage == 3) {
     return fail(Error::NotSupported,
-                "OFM_PRECISION 0x%04x: OFM storage %d (3x1 tiles, chained or no output) not "
-                "modelled",
+                "OFM_PRECISION 0x%04x: OFM storage %d (3x1 tiles or no output) not modelled",
                 prec, storage);
+  }
+  if (storage == 2) {
+    // Chained: OFM_REGION names the chaining buffer.
+    if (transpose != 0) {
+      return fail(Error::InvalidProgram, "OFM_PRECISION 0x%04x: a chained OFM with transpose %d",
+                  prec, transpose);
+    }
+    ChainBuffer& cb = chain_[ofm.region];
+    ofm.chain = ofm.region;
+    cb.h = ofm.h;
+    cb.w = ofm.w;
+    cb.c = ofm.c;
+    cb.written = true;
+    cb.values.assign(static_cast<size_t>(ofm.h) * ofm.w * ofm.c, 0);
   }
   ofm.transpose = transpose;
   const uint16_t sp = p1(SET_OFM_SCALE);
@@ -121,6 +138,11 @@ Error Model::u85_output_setup(FeatureMap& ofm) {
 Error Model::u85_write_output(const FeatureMap& ofm, int y, int x, int c, int64_t scaled) {
   int64_t v = scaled + ofm.zp;
   v = std::min(act_hi_, std::max(act_lo_, v));
+  if (ofm.chain >= 0) {
+    ChainBuffer& cb = chain_[ofm.chain];
+    cb.values[(static_cast<size_t>(y) * cb.w + x) * cb.c + c] = v;
+    return Error::Ok;
+  }
   int sy = y, sx = x, sc = c;
   switch (ofm.transpose) {
     case 1:
@@ -159,6 +181,58 @@ Error Model::u85_write_output(const FeatureMap& ofm, int y, int x, int c, int64_
       const uint32_t u = static_cast<uint32_t>(v);
       std::memcpy(p, &u, 4);
       break;
+    }
+  }
+  return Error::Ok;
+}
+
+// An input whose storage (IFM/IFM2_PRECISION bits 14..15) is CHAINED reads
+// the chaining buffer its region register names; TILE2X2 reads memory.
+Error Model::u85_chained_input(FeatureMap& f, uint16_t precision) {
+  const int storage = (precision >> 14) & 3;
+  if (storage == 0) {
+    return Error::Ok;
+  }
+  if (storage != 2) {
+    return fail(Error::NotSupported, "%s_PRECISION 0x%04x: %s storage %d not modelled", f.name,
+                precision, f.name, storage);
+  }
+  if (!chain_[f.region].written) {
+    return fail(Error::InvalidProgram, "%s: chaining buffer %d read before any kernel wrote it",
+                f.name, f.region);
+  }
+  f.chain = f.region;
+  return Error::Ok;
+}
+
+// The chaining buffer as the input's type sees it (the stored value cut to
+// its width and signedness), zero point subtracted, dense HWC of f.h x f.w x
+// f.c.
+Error Model::read_chain(const FeatureMap& f, std::vector<int32_t>& out) {
+  const ChainBuffer& cb = chain_[f.chain];
+  if (f.h > cb.h || f.w > cb.w || f.c > cb.c) {
+    return fail(Error::InvalidProgram,
+                "%s: %d x %d x %d elements from chaining buffer %d of %d x %d x %d", f.name, f.h,
+                f.w, f.c, f.chain, cb.h, cb.w, cb.c);
+  }
+  out.resize(static_cast<size_t>(f.h) * f.w * f.c);
+  size_t k = 0;
+  for (int y = 0; y < f.h; ++y) {
+    for (int x = 0; x < f.w; ++x) {
+      for (int c = 0; c < f.c; ++c) {
+        const uint64_t raw = static_cast<uint64_t>(
+            cb.values[(static_cast<size_t>(y) * cb.w + x) * cb.c + c]);
+        int64_t v;
+        if (f.bits >= 32) {
+          v = f.is_signed ? int64_t{static_cast<int32_t>(raw)} : int64_t{static_cast<uint32_t>(raw)};
+        } else {
+          const uint64_t mask = (uint64_t{1} << f.bits) - 1;
+          const uint64_t u = raw & mask;
+          v = (f.is_signed && (u >> (f.bits - 1))) ? static_cast<int64_t>(u) - (int64_t{1} << f.bits)
+                                                    : static_cast<int64_t>(u);
+        }
+        out[k++] = static_cast<int32_t>(v - f.zp);
+      }
     }
   }
   return Error::Ok;

@@ -11,7 +11,8 @@ namespace npu_model {
 namespace detail {
 
 namespace {
-constexpr int kPoolMax = 0, kPoolAverage = 1, kPoolReduceSum = 2, kPoolSum = 3, kPoolMin = 5;
+constexpr int kPoolMax = 0, kPoolAverage = 1, kPoolReduceSum = 2, kPoolSum = 3, kPoolNone = 4,
+              kPoolMin = 5;
 } // namespace
 
 Error Model::u85_pool() {
@@ -19,8 +20,8 @@ Error Model::u85_pool() {
   if ((cmd_param_ & ~7u) != 0) {
     return fail(Error::InvalidProgram, "pooling parameter 0x%04x: reserved bits", cmd_param_);
   }
-  if (mode == 4 || mode > 5) {
-    return fail(Error::NotSupported, "pooling mode %u (NONE / ARGMAX) not modelled", mode);
+  if (mode > 5) {
+    return fail(Error::NotSupported, "pooling mode %u (ARGMAX) not modelled", mode);
   }
   FeatureMap ifm, ofm;
   Error e = feature_map(ofm, false, true);
@@ -31,9 +32,31 @@ Error Model::u85_pool() {
   if (e != Error::Ok) {
     return e;
   }
-  if (((p0(SET_IFM_PRECISION) >> 14) & 3) != 0) {
-    return fail(Error::NotSupported, "IFM_PRECISION 0x%04x: IFM storage %d not modelled",
-                p0(SET_IFM_PRECISION), (p0(SET_IFM_PRECISION) >> 14) & 3);
+  const bool acc_from_ifm2 = ((p0(SET_ACC_FORMAT) >> 4) & 3) == 2;
+  if (acc_from_ifm2 != (mode == kPoolNone)) {
+    return fail(Error::NotSupported,
+                "pooling mode %u with ACC_FORMAT 0x%04x: only mode NONE with the accumulator "
+                "loaded from IFM2 and the other modes from a reset accumulator are modelled",
+                mode, p0(SET_ACC_FORMAT));
+  }
+  if (mode == kPoolNone) {
+    // The accumulator is IFM2 (32-bit, Vela's rescale of a 32-bit tensor);
+    // the IFM is not read.
+    FeatureMap ifm2;
+    e = feature_map(ifm2, true, false);
+    if (e != Error::Ok) {
+      return e;
+    }
+    e = u85_chained_input(ifm2, p0(SET_IFM2_PRECISION));
+    if (e != Error::Ok) {
+      return e;
+    }
+    ifm = ifm2;
+  } else {
+    e = u85_chained_input(ifm, p0(SET_IFM_PRECISION));
+    if (e != Error::Ok) {
+      return e;
+    }
   }
   const int upscale = p0(SET_IFM_UPSCALE) & 3;
   if (upscale == 3 || (p0(SET_IFM_UPSCALE) & ~3u) != 0) {
@@ -113,7 +136,7 @@ Error Model::u85_pool() {
               acc = any ? std::max(acc, int64_t{px[c]}) : int64_t{px[c]};
             } else if (mode == kPoolMin) {
               acc = any ? std::min(acc, int64_t{px[c]}) : int64_t{px[c]};
-            } else if (mode == kPoolSum) {
+            } else if (mode == kPoolSum || mode == kPoolNone) {
               acc += px[c];
             } else {
               for (int ic = 0; ic < ifm.c; ++ic) {
