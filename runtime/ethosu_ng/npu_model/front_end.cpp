@@ -69,42 +69,106 @@ constexpr uint8_t kDaReadApb = 0x03;
 constexpr uint8_t kDaDumpShram = 0x04;
 constexpr uint8_t kDaNop = 0x05;
 
-// 128-bit product: accumulators reach 40 bits and scales 32.
+// Signed 128-bit arithmetic from two 64-bit halves: the product of a 64-bit
+// accumulator and a 32-bit scale needs 96 bits, and 32-bit targets have no
+// __int128. Bit-identical to the __int128 arithmetic it replaces
+// (runtime/tests/test_scale_round.cpp compares the two on the host).
+namespace {
+struct Wide {
+  uint64_t lo;
+  int64_t hi;
+};
+
+Wide wide(int64_t v) {
+  return {static_cast<uint64_t>(v), v < 0 ? -1 : 0};
+}
+
+Wide add(Wide a, Wide b) {
+  const uint64_t lo = a.lo + b.lo;
+  const uint64_t carry = lo < a.lo ? 1 : 0;
+  return {lo, static_cast<int64_t>(static_cast<uint64_t>(a.hi) + static_cast<uint64_t>(b.hi) +
+                                   carry)};
+}
+
+Wide negate(Wide a) {
+  return add({~a.lo, static_cast<int64_t>(~static_cast<uint64_t>(a.hi))}, wide(1));
+}
+
+// Arithmetic shift right by 1..127.
+Wide shift_right(Wide a, int s) {
+  if (s >= 64) {
+    return {static_cast<uint64_t>(a.hi >> (s - 64)), a.hi < 0 ? -1 : 0};
+  }
+  return {(a.lo >> s) | (static_cast<uint64_t>(a.hi) << (64 - s)), a.hi >> s};
+}
+
+// 2^s for 0 <= s < 127.
+Wide power_of_two(int s) {
+  if (s >= 64) {
+    return {0, static_cast<int64_t>(uint64_t{1} << (s - 64))};
+  }
+  return {uint64_t{1} << s, 0};
+}
+
+// v * scale, exact: |v| <= 2^63 and scale < 2^32 fit 96 bits.
+Wide multiply(int64_t v, uint32_t scale) {
+  const uint64_t m = v < 0 ? uint64_t{0} - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+  const uint64_t lo_part = (m & 0xffffffffu) * scale;
+  const uint64_t hi_part = (m >> 32) * scale; // < 2^64
+  const Wide p = add({hi_part << 32, static_cast<int64_t>(hi_part >> 32)}, {lo_part, 0});
+  return v < 0 ? negate(p) : p;
+}
+
+bool greater(Wide a, Wide b) {
+  return a.hi != b.hi ? a.hi > b.hi : a.lo > b.lo;
+}
+} // namespace
+
 int64_t scale_round(int64_t v, uint32_t scale, int shift, int mode) {
-  __int128 p = static_cast<__int128>(v) * scale;
+  Wide p = multiply(v, scale);
   if (shift > 0) {
     switch (mode) {
       case kRoundTruncate:
-        p = p >= 0 ? (p >> shift) : -((-p) >> shift);
+        p = p.hi < 0 ? negate(shift_right(negate(p), shift)) : shift_right(p, shift);
         break;
       case kRoundNatural:
-        p = (p + (static_cast<__int128>(1) << (shift - 1))) >> shift;
+        p = shift_right(add(p, power_of_two(shift - 1)), shift);
         break;
       case kRoundDbl:
       default: { // TOSA apply_scale_32 with double_round
-        __int128 r = static_cast<__int128>(1) << (shift - 1);
+        Wide r = power_of_two(shift - 1);
         if (shift > 31) {
-          r += v >= 0 ? (__int128{1} << 30) : -(__int128{1} << 30);
+          r = add(r, v >= 0 ? power_of_two(30) : negate(power_of_two(30)));
         }
-        p = (p + r) >> shift;
+        p = shift_right(add(p, r), shift);
         break;
       }
     }
   }
-  const __int128 lim = static_cast<__int128>(1) << 62;
-  if (p > lim) {
+  const Wide lim = power_of_two(62);
+  if (greater(p, lim)) {
     p = lim;
-  } else if (p < -lim) {
-    p = -lim;
+  } else if (greater(negate(lim), p)) {
+    p = negate(lim);
   }
-  return static_cast<int64_t>(p);
+  return static_cast<int64_t>(p.lo);
+}
+
+Reciprocal reciprocal_scale(uint32_t n) {
+  int k = 0; // 2^(k-1) < n <= 2^k
+  while ((uint64_t{1} << k) < n) {
+    ++k;
+  }
+  const uint64_t numerator = ((uint64_t{1} << 30) + 1) << k;
+  return {static_cast<uint32_t>(numerator / n), 30 + k};
 }
 
 // ------------------------------------------------------------ payload
 Error Model::run(const uint8_t* payload, size_t size) {
   if (payload == nullptr || size < 4 || size % 4 != 0) {
     return fail(Error::InvalidProgram,
-                "driver payload of %zu bytes: not a whole number of 32-bit words", size);
+                "driver payload of %lu bytes: not a whole number of 32-bit words",
+                static_cast<unsigned long>(size));
   }
   const size_t nwords = size / 4;
   auto word = [&](size_t i) {
@@ -128,8 +192,8 @@ Error Model::run(const uint8_t* payload, size_t size) {
       case kDaConfig: {
         if (i + 2 >= nwords) {
           return fail(Error::InvalidProgram,
-                      "driver payload word %zu: optimizer config truncated (%zu words left)", i,
-                      nwords - i - 1);
+                      "driver payload word %lu: optimizer config truncated (%lu words left)",
+                      static_cast<unsigned long>(i), static_cast<unsigned long>(nwords - i - 1));
         }
         const uint32_t cfg = word(i + 1);
         const int macs = cfg & 0xf;
@@ -155,9 +219,10 @@ Error Model::run(const uint8_t* payload, size_t size) {
         }
         if (product > 1 || macs < 5 || macs > 8 || shram_kb < 16 || shram_kb > 96) {
           return fail(Error::NotSupported,
-                      "driver payload word %zu: optimizer config 0x%08x (product %d, "
+                      "driver payload word %lu: optimizer config 0x%08lx (product %d, "
                       "log2 MACs/cc %d, SHRAM %d KiB) is not an Ethos-U55/U65 this model knows",
-                      i, cfg, product, macs, shram_kb);
+                      static_cast<unsigned long>(i), static_cast<unsigned long>(cfg), product,
+                      macs, shram_kb);
         }
         macs_per_cc_log2_ = macs;
         shram_.assign(static_cast<size_t>(shram_kb) * 1024, 0);
@@ -169,12 +234,14 @@ Error Model::run(const uint8_t* payload, size_t size) {
         const size_t len = param | (reserved << 16);
         if (!have_config) {
           return fail(Error::InvalidProgram,
-                      "driver payload word %zu: command stream before the optimizer config", i);
+                      "driver payload word %lu: command stream before the optimizer config",
+                      static_cast<unsigned long>(i));
         }
         if (len > nwords - i - 1) {
           return fail(Error::InvalidProgram,
-                      "driver payload word %zu: command stream of %zu words, only %zu follow", i,
-                      len, nwords - i - 1);
+                      "driver payload word %lu: command stream of %lu words, only %lu follow",
+                      static_cast<unsigned long>(i), static_cast<unsigned long>(len),
+                      static_cast<unsigned long>(nwords - i - 1));
         }
         Error e = execute_stream(payload + 4 * (i + 1), len, 0);
         if (e != Error::Ok) {
@@ -192,8 +259,8 @@ Error Model::run(const uint8_t* payload, size_t size) {
       case kDaReserved:
       default:
         return fail(Error::InvalidProgram,
-                    "driver payload word %zu: unknown driver action 0x%02x (word 0x%08x)", i, tag,
-                    w);
+                    "driver payload word %lu: unknown driver action 0x%02x (word 0x%08lx)",
+                    static_cast<unsigned long>(i), tag, static_cast<unsigned long>(w));
     }
   }
   if (!ran_stream) {
@@ -360,9 +427,9 @@ Error Model::region_span(int region, uint64_t addr, uint64_t len, bool write, co
   }
   if (base == nullptr || addr > size || len > size - addr) {
     return fail(Error::InvalidProgram,
-                "%s: address 0x%llx (+%llu bytes) outside region %d of %zu bytes", what,
+                "%s: address 0x%llx (+%llu bytes) outside region %d of %lu bytes", what,
                 static_cast<unsigned long long>(addr), static_cast<unsigned long long>(len),
-                region, size);
+                region, static_cast<unsigned long>(size));
   }
   *out = base + addr;
   return Error::Ok;

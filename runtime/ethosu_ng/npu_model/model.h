@@ -68,6 +68,15 @@ struct FeatureMap {
 // rounding (kRound*).
 int64_t scale_round(int64_t v, uint32_t scale, int shift, int mode);
 
+struct Reciprocal {
+  uint32_t multiplier;
+  int shift;
+};
+
+// TOSA reciprocal_scale: 1/n (n >= 1) as a multiplier in [2^30, 2^31) and a
+// shift; divides an average pool's sum by its element count.
+Reciprocal reciprocal_scale(uint32_t n);
+
 // One element of `esize` bytes, sign- or zero-extended.
 int64_t load(const uint8_t* p, int esize, bool is_signed);
 
@@ -92,7 +101,8 @@ class Model {
       vsnprintf(detail, sizeof(detail), fmt, ap);
       va_end(ap);
       if (in_stream_) {
-        snprintf(msg_, cap_, "command %zu (%s 0x%03x, param 0x%04x%s): %s", cmd_index_,
+        snprintf(msg_, cap_, "command %lu (%s 0x%03x, param 0x%04x%s): %s",
+                 static_cast<unsigned long>(cmd_index_),
                  cmd_name_ ? cmd_name_ : "unknown opcode", cmd_op_, cmd_param_,
                  cmd_payload_buf_, detail);
       } else {
@@ -126,10 +136,11 @@ class Model {
       return;
     }
     fprintf(stderr,
-            "npu_model: cmd %zu %s %s r%d h%d w%d c%d bits%d%s%s zp%d tiles h0 %d h1 %d w0 %d "
+            "npu_model: cmd %lu %s %s r%d h%d w%d c%d bits%d%s%s zp%ld tiles h0 %d h1 %d w0 %d "
             "base %llu %llu %llu %llu stride y%lld x%lld c%lld\n",
-            cmd_index_, op, f.name, f.region, f.h, f.w, f.c, f.bits, f.is_signed ? "s" : "u",
-            f.brick ? " NHCWB16" : "", f.zp, f.h0, f.h1, f.w0,
+            static_cast<unsigned long>(cmd_index_), op, f.name, f.region, f.h, f.w, f.c, f.bits,
+            f.is_signed ? "s" : "u", f.brick ? " NHCWB16" : "", static_cast<long>(f.zp), f.h0,
+            f.h1, f.w0,
             static_cast<unsigned long long>(f.base[0]), static_cast<unsigned long long>(f.base[1]),
             static_cast<unsigned long long>(f.base[2]), static_cast<unsigned long long>(f.base[3]),
             static_cast<long long>(f.sy), static_cast<long long>(f.sx), static_cast<long long>(f.sc));

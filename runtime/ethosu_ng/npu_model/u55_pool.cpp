@@ -10,21 +10,6 @@ namespace npu_model {
 namespace detail {
 
 // ------------------------------------------------------------ pooling
-struct Reciprocal {
-  uint32_t multiplier;
-  int shift;
-};
-
-// TOSA reciprocal_scale: 1/n as a multiplier in [2^30, 2^31) and a shift.
-Reciprocal reciprocal_scale(uint32_t n) {
-  int k = 0; // 2^(k-1) < n <= 2^k
-  while ((uint64_t{1} << k) < n) {
-    ++k;
-  }
-  const uint64_t numerator = ((uint64_t{1} << 30) + 1) << k;
-  return {static_cast<uint32_t>(numerator / n), 30 + k};
-}
-
 // scale_round(x, scale, shift, NATURAL) == x for every x.
 bool is_unit_scale(uint32_t scale, int shift) {
   return shift < 32 && scale == (uint32_t{1} << shift);

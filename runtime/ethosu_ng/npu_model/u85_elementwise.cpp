@@ -92,9 +92,6 @@ Error Model::u85_elementwise() {
                   in.s.shift);
     }
   }
-  if (mode == kMul && (ifm.bits == 32 || ifm2.bits == 32)) {
-    return fail(Error::NotSupported, "elementwise MUL with 32-bit inputs not modelled");
-  }
   e = u85_output_setup(ofm);
   if (e != Error::Ok) {
     return e;

@@ -105,9 +105,6 @@ Error Model::u85_pool() {
     return fail(Error::NotSupported, "OFM rounding DOUBLE_SYMMETRIC with shift %d not modelled",
                 shift);
   }
-  if (mode == kPoolAverage) {
-    return fail(Error::NotSupported, "average pooling (hardware divisor) not modelled");
-  }
   std::vector<int32_t> in;
   e = read_ifm(ifm, upscale, in);
   if (e != Error::Ok) {
@@ -121,6 +118,7 @@ Error Model::u85_pool() {
       for (int c = 0; c < ofm.c; ++c) {
         int64_t acc = 0;
         bool any = false;
+        uint32_t count = 0; // kernel positions inside the IFM
         for (int ky = 0; ky < kh; ++ky) {
           const int iy = oy * stride_y - pt + ky;
           if (iy < 0 || iy >= ifm.h) {
@@ -136,7 +134,7 @@ Error Model::u85_pool() {
               acc = any ? std::max(acc, int64_t{px[c]}) : int64_t{px[c]};
             } else if (mode == kPoolMin) {
               acc = any ? std::min(acc, int64_t{px[c]}) : int64_t{px[c]};
-            } else if (mode == kPoolSum || mode == kPoolNone) {
+            } else if (mode == kPoolSum || mode == kPoolNone || mode == kPoolAverage) {
               acc += px[c];
             } else {
               for (int ic = 0; ic < ifm.c; ++ic) {
@@ -144,7 +142,19 @@ Error Model::u85_pool() {
               }
             }
             any = true;
+            ++count;
           }
+        }
+        if (mode == kPoolAverage) {
+          // The hardware divides by the kernel positions inside the IFM
+          // (padding excluded), as TOSA AVG_POOL2D: reciprocal_scale, NATURAL.
+          if (count == 0) {
+            return fail(Error::InvalidProgram,
+                        "average pooling: OFM (%d, %d) has no kernel position inside the IFM", oy,
+                        ox);
+          }
+          const Reciprocal r = reciprocal_scale(count);
+          acc = scale_round(acc, r.multiplier, r.shift, kRoundNatural);
         }
         e = u85_write_output(ofm, oy, ox, c, scale_round(acc, scale, shift, ofm_round_));
         if (e != Error::Ok) {
