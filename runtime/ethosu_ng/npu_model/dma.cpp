@@ -45,9 +45,9 @@ Error Model::op_dma() {
     // Internal SHRAM (LUT loads).
     if (dst > shram_.size() || len > shram_.size() - dst) {
       return fail(Error::InvalidProgram,
-                  "DMA destination 0x%llx (+%llu) outside the %zu-byte internal memory",
+                  "DMA destination 0x%llx (+%llu) outside the %lu-byte internal memory",
                   static_cast<unsigned long long>(dst), static_cast<unsigned long long>(len),
-                  shram_.size());
+                  static_cast<unsigned long>(shram_.size()));
     }
     std::memmove(shram_.data() + dst, s, len);
   } else {

@@ -93,8 +93,9 @@ bool mlw_decode(
 #define MLW_GET(var, n, what)                                                  \
   do {                                                                         \
     if (!bb.get((n), &(var))) {                                                \
-      say(msg, msg_cap, "weight stream truncated in slice %d reading %s at bit %llu of %zu bytes", \
-          slice, (what), static_cast<unsigned long long>(bb.pos()), size);     \
+      say(msg, msg_cap, "weight stream truncated in slice %d reading %s at bit %llu of %lu bytes", \
+          slice, (what), static_cast<unsigned long long>(bb.pos()),            \
+          static_cast<unsigned long>(size));                                   \
       return false;                                                            \
     }                                                                          \
   } while (0)

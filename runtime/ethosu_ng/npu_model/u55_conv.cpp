@@ -196,9 +196,10 @@ Error Model::op_conv(bool depthwise) {
   });
   if (short_stream || pos != decoded.size()) {
     return fail(Error::InvalidProgram,
-                "weight stream decodes to %zu weights; OFM depth %d, kernel %d x %d, IFM depth "
-                "%d, block depth %d need %zu",
-                decoded.size(), ofm.c, kh, kw, L.ifm_depth, L.ofm_block_depth, pos);
+                "weight stream decodes to %lu weights; OFM depth %d, kernel %d x %d, IFM depth "
+                "%d, block depth %d need %lu",
+                static_cast<unsigned long>(decoded.size()), ofm.c, kh, kw, L.ifm_depth,
+                L.ofm_block_depth, static_cast<unsigned long>(pos));
   }
   if (nonzero_pad) {
     return fail(Error::InvalidProgram, "weight stream has non-zero values in padding positions");
