@@ -32,10 +32,6 @@ Error Model::op_dma() {
                 "modelled",
                 src_reg, dst_reg);
   }
-  if (u85_ && ((dst_reg >> 8) & 1)) {
-    return fail(Error::NotSupported,
-                "DMA0_DST_REGION 0x%04x: DMA into the Ethos-U85 LUT memory not modelled", dst_reg);
-  }
   uint8_t* s;
   Error e = region_span(src_reg & 0xff, src, len, false, "DMA source", &s);
   if (e != Error::Ok) {

@@ -212,6 +212,9 @@ Error Model::run(const uint8_t* payload, size_t size) {
           }
           u85_ = true;
           macs_per_cc_log2_ = macs;
+          // The internal memory DMA can write is the 2 KiB LUT memory (8
+          // slots of 256 bytes, regor ArchEthosU85 LUT_SLOT_SIZE).
+          shram_.assign(2048, 0);
           cores_ = macs <= 8 ? 1 : macs == 9 ? 2 : 4;
           have_config = true;
           i += 3;

@@ -224,6 +224,8 @@ class Model {
   // Decoded output stage of the current operation.
   int64_t act_lo_ = 0, act_hi_ = 0;
   int lut_index_ = -1;
+  // Ethos-U85 LUT function of the current operation (ACTIVATION bits 0..4).
+  int u85_lut_fn_ = 0;
   int ofm_round_ = 0;
 
   bool in_stream_ = false;

@@ -104,11 +104,22 @@ Error Model::u85_output_setup(FeatureMap& ofm) {
   if (e != Error::Ok) {
     return e;
   }
+  // ACTIVATION: function bits 0..4 (activation_function), table bits 5..7.
+  // LUT_U8_U8 (1) and LUT_S8_S8 (4) are modelled: 256 one-byte entries at
+  // table x 256 in the LUT memory, indexed by the 8-bit result (+128 when
+  // signed). The wider and the 16-bit-input tables are NotSupported.
   const uint16_t act = p0(SET_ACTIVATION);
-  if ((act & 0x1f) != 0) {
+  u85_lut_fn_ = act & 0x1f;
+  lut_index_ = (act >> 5) & 7;
+  if (u85_lut_fn_ != 0 && u85_lut_fn_ != 1 && u85_lut_fn_ != 4) {
     return fail(Error::NotSupported,
-                "ACTIVATION 0x%04x: function %d (LUT) not modelled on the Ethos-U85", act,
-                act & 0x1f);
+                "ACTIVATION 0x%04x: LUT function %d not modelled on the Ethos-U85 (U8_U8 and "
+                "S8_S8 are)",
+                act, u85_lut_fn_);
+  }
+  if (u85_lut_fn_ != 0 && (ofm.bits != 8 || ofm.is_signed != (u85_lut_fn_ == 4))) {
+    return fail(Error::InvalidProgram, "ACTIVATION 0x%04x: LUT function %d with a %d-bit %s OFM",
+                act, u85_lut_fn_, ofm.bits, ofm.is_signed ? "signed" : "unsigned");
   }
   int64_t lo, hi;
   if (ofm.bits >= 32) {
@@ -128,7 +139,6 @@ Error Model::u85_output_setup(FeatureMap& ofm) {
   }
   act_lo_ = lo;
   act_hi_ = hi;
-  lut_index_ = -1;
   return Error::Ok;
 }
 
@@ -137,6 +147,13 @@ Error Model::u85_output_setup(FeatureMap& ofm) {
 // stored axes in terms of the computed ones).
 Error Model::u85_write_output(const FeatureMap& ofm, int y, int x, int c, int64_t scaled) {
   int64_t v = scaled + ofm.zp;
+  if (u85_lut_fn_ != 0) {
+    const bool sgn = u85_lut_fn_ == 4;
+    v = std::min<int64_t>(sgn ? 127 : 255, std::max<int64_t>(sgn ? -128 : 0, v));
+    const uint8_t raw = shram_[static_cast<size_t>(lut_index_) * 256 +
+                               static_cast<size_t>(v + (sgn ? 128 : 0))];
+    v = sgn ? int64_t{static_cast<int8_t>(raw)} : int64_t{raw};
+  }
   v = std::min(act_hi_, std::max(act_lo_, v));
   if (ofm.chain >= 0) {
     ChainBuffer& cb = chain_[ofm.chain];
