@@ -182,6 +182,8 @@ class Model {
   Error u85_write_output(const FeatureMap& ofm, int y, int x, int c, int64_t scaled);
   Error u85_rounding(const char* reg, int mode, int shift, int* round);
   Error u85_check_acc(bool ifm2_accumulator);
+  Error u85_read_scales(int channels, std::vector<int64_t>& bias, std::vector<uint32_t>& scale,
+                        std::vector<int>& shift);
   Error u85_chained_input(FeatureMap& f, uint16_t precision);
   Error read_chain(const FeatureMap& f, std::vector<int32_t>& out);
 

@@ -339,45 +339,15 @@ Error Model::u85_conv(bool depthwise) {
     }
   }
 
-  // Bias and scale: 10 bytes per OFM channel; with 32-bit accumulators a
-  // 32-bit bias and 31-bit scale, with 48-bit ones a 48-bit bias and 15-bit
-  // scale; then a 6-bit shift (regor EncodeBias32 / EncodeBias48).
-  uint8_t* sp;
-  const uint64_t slen = d1(SET_SCALE_LENGTH);
-  if (slen < static_cast<uint64_t>(ofm.c) * 10) {
-    return fail(Error::InvalidProgram, "SCALE_LENGTH %llu < 10 bytes x OFM depth %d",
-                static_cast<unsigned long long>(slen), ofm.c);
-  }
-  e = region_span(p0(SET_SCALE_REGION) & 7, a1(SET_SCALE_BASE), static_cast<uint64_t>(ofm.c) * 10,
-                  false, "scale stream", &sp);
-  if (e != Error::Ok) {
-    return e;
-  }
   if ((p0(SET_OFM_PRECISION) >> 8) & 1) {
     return fail(Error::NotSupported, "convolution with a global OFM scale not modelled");
   }
-  const bool acc48 = (acc & 3) == 1;
-  std::vector<int64_t> bias(ofm.c);
-  std::vector<uint32_t> scale(ofm.c);
-  std::vector<int> shift(ofm.c);
-  for (int c = 0; c < ofm.c; ++c) {
-    const uint8_t* q = sp + 10 * c;
-    uint64_t b = 0;
-    const int bias_bytes = acc48 ? 6 : 4;
-    for (int k = 0; k < bias_bytes; ++k) {
-      b |= static_cast<uint64_t>(q[k]) << (8 * k);
-    }
-    const int unused = 64 - 8 * bias_bytes;
-    bias[c] = static_cast<int64_t>(b << unused) >> unused;
-    scale[c] = acc48 ? (uint32_t{q[6]} | ((static_cast<uint32_t>(q[7]) & 0x7f) << 8))
-                     : (uint32_t{q[4]} | (uint32_t{q[5]} << 8) | (uint32_t{q[6]} << 16) |
-                        ((static_cast<uint32_t>(q[7]) & 0x7f) << 24));
-    shift[c] = q[8] & 0x3f;
-    if (ofm_round_ == kRoundExact && shift[c] != 0) {
-      return fail(Error::NotSupported,
-                  "OFM rounding DOUBLE_SYMMETRIC with shift %d (channel %d) not modelled",
-                  shift[c], c);
-    }
+  std::vector<int64_t> bias;
+  std::vector<uint32_t> scale;
+  std::vector<int> shift;
+  e = u85_read_scales(ofm.c, bias, scale, shift);
+  if (e != Error::Ok) {
+    return e;
   }
 
   std::vector<int32_t> in;

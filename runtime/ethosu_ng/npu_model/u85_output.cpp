@@ -203,6 +203,50 @@ Error Model::u85_write_output(const FeatureMap& ofm, int y, int x, int c, int64_
   return Error::Ok;
 }
 
+// Per-channel bias and scale (SCALE_BASE/LENGTH): 10 bytes per OFM channel;
+// with 32-bit accumulators a 32-bit bias and 31-bit scale, with 48-bit ones a
+// 48-bit bias and 15-bit scale; then a 6-bit shift (regor EncodeBias32 /
+// EncodeBias48). Call after u85_output_setup (it checks the shifts against
+// the OFM rounding).
+Error Model::u85_read_scales(int channels, std::vector<int64_t>& bias,
+                             std::vector<uint32_t>& scale, std::vector<int>& shift) {
+  uint8_t* sp;
+  const uint64_t slen = d1(SET_SCALE_LENGTH);
+  if (slen < static_cast<uint64_t>(channels) * 10) {
+    return fail(Error::InvalidProgram, "SCALE_LENGTH %llu < 10 bytes x OFM depth %d",
+                static_cast<unsigned long long>(slen), channels);
+  }
+  Error e = region_span(p0(SET_SCALE_REGION) & 7, a1(SET_SCALE_BASE),
+                        static_cast<uint64_t>(channels) * 10, false, "scale stream", &sp);
+  if (e != Error::Ok) {
+    return e;
+  }
+  const bool acc48 = (p0(SET_ACC_FORMAT) & 3) == 1;
+  const int bias_bytes = acc48 ? 6 : 4;
+  bias.resize(channels);
+  scale.resize(channels);
+  shift.resize(channels);
+  for (int c = 0; c < channels; ++c) {
+    const uint8_t* q = sp + 10 * c;
+    uint64_t b = 0;
+    for (int k = 0; k < bias_bytes; ++k) {
+      b |= static_cast<uint64_t>(q[k]) << (8 * k);
+    }
+    const int unused = 64 - 8 * bias_bytes;
+    bias[c] = static_cast<int64_t>(b << unused) >> unused;
+    scale[c] = acc48 ? (uint32_t{q[6]} | ((static_cast<uint32_t>(q[7]) & 0x7f) << 8))
+                     : (uint32_t{q[4]} | (uint32_t{q[5]} << 8) | (uint32_t{q[6]} << 16) |
+                        ((static_cast<uint32_t>(q[7]) & 0x7f) << 24));
+    shift[c] = q[8] & 0x3f;
+    if (ofm_round_ == kRoundExact && shift[c] != 0) {
+      return fail(Error::NotSupported,
+                  "OFM rounding DOUBLE_SYMMETRIC with shift %d (channel %d) not modelled",
+                  shift[c], c);
+    }
+  }
+  return Error::Ok;
+}
+
 // An input whose storage (IFM/IFM2_PRECISION bits 14..15) is CHAINED reads
 // the chaining buffer its region register names; TILE2X2 reads memory.
 Error Model::u85_chained_input(FeatureMap& f, uint16_t precision) {

@@ -96,14 +96,24 @@ Error Model::u85_pool() {
   if (e != Error::Ok) {
     return e;
   }
-  if (!((p0(SET_OFM_PRECISION) >> 8) & 1)) {
-    return fail(Error::NotSupported, "pooling with per-channel scales not modelled");
-  }
-  const uint32_t scale = d1(SET_OFM_SCALE) & 0x7fffffffu;
-  const int shift = p1(SET_OFM_SCALE) & 0x3f;
-  if (ofm_round_ == kRoundExact && shift != 0) {
+  // Global scale (OFM_SCALE), or per channel from the scale stream (bias
+  // added to the accumulator: Vela's bias add after a transpose convolution).
+  const bool global = (p0(SET_OFM_PRECISION) >> 8) & 1;
+  std::vector<int64_t> bias(ofm.c, 0);
+  std::vector<uint32_t> scale(ofm.c, d1(SET_OFM_SCALE) & 0x7fffffffu);
+  std::vector<int> shift(ofm.c, p1(SET_OFM_SCALE) & 0x3f);
+  if (!global) {
+    if (mode != kPoolNone) {
+      return fail(Error::NotSupported, "pooling mode %u with per-channel scales not modelled",
+                  mode);
+    }
+    e = u85_read_scales(ofm.c, bias, scale, shift);
+    if (e != Error::Ok) {
+      return e;
+    }
+  } else if (ofm_round_ == kRoundExact && shift[0] != 0) {
     return fail(Error::NotSupported, "OFM rounding DOUBLE_SYMMETRIC with shift %d not modelled",
-                shift);
+                shift[0]);
   }
   std::vector<int32_t> in;
   e = read_ifm(ifm, upscale, in);
@@ -116,7 +126,7 @@ Error Model::u85_pool() {
   for (int oy = 0; oy < ofm.h; ++oy) {
     for (int ox = 0; ox < ofm.w; ++ox) {
       for (int c = 0; c < ofm.c; ++c) {
-        int64_t acc = 0;
+        int64_t acc = bias[c];
         bool any = false;
         uint32_t count = 0; // kernel positions inside the IFM
         for (int ky = 0; ky < kh; ++ky) {
@@ -156,7 +166,7 @@ Error Model::u85_pool() {
           const Reciprocal r = reciprocal_scale(count);
           acc = scale_round(acc, r.multiplier, r.shift, kRoundNatural);
         }
-        e = u85_write_output(ofm, oy, ox, c, scale_round(acc, scale, shift, ofm_round_));
+        e = u85_write_output(ofm, oy, ox, c, scale_round(acc, scale[c], shift[c], ofm_round_));
         if (e != Error::Ok) {
           return e;
         }
