@@ -11,7 +11,8 @@ driver plays the NPU, in one of two ways (``npu=`` of ``run_pte``):
   scratch as the NPU would. Works on a firmware .pte (no TOSA inside).
 - ``"tosa"``: a registered Python callback runs the delegate's embedded TOSA flatbuffer (compile
   with ``EthosUNGCompileSpec(..., embed_tosa=True)``) on the TOSA reference model and writes the
-  outputs into scratch. Programs for Ethos-U85, which the model does not cover, default to it.
+  outputs into scratch. An Ethos-U85 program whose command stream uses something the model does
+  not implement (a trial run says ``NotSupported``) defaults to it when it carries its TOSA graph.
 
 Either way the backend copies the outputs out of scratch as on the device.
 
@@ -498,8 +499,13 @@ def load_pte(pte) -> HostProgram:
 NPU_MODES = {"tosa": 0, "model": 1}  # host_api.h ETHOSU_NG_NPU_TOSA / ETHOSU_NG_NPU_MODEL
 # Vela's command stream on the NPU model: a firmware .pte (no TOSA inside) runs as it is.
 DEFAULT_NPU = "model"
-# Product field of the driver payload's optimizer config the NPU model executes (0 U55, 1 U65).
-MODEL_PRODUCTS = (0, 1)
+# Product field of the driver payload's optimizer config the NPU model executes (0 U55, 1 U65,
+# 2 U85). Its U85 coverage is partial (docs/npu-model.md): ``model_unsupported`` says what a
+# program's U85 streams use that it does not implement.
+MODEL_PRODUCTS = (0, 1, 2)
+PRODUCT_NAMES = {0: "Ethos-U55", 1: "Ethos-U65", 2: "Ethos-U85"}
+NPU_MODEL_NOT_SUPPORTED = 0x10  # executorch Error::NotSupported: a gap of the model
+_unsupported_cache: dict = {}
 
 
 def payload_product(payload: bytes) -> Optional[int]:
@@ -513,16 +519,71 @@ def payload_product(payload: bytes) -> Optional[int]:
     return struct.unpack_from("<I", payload, 8)[0] >> 28
 
 
-def default_npu_for(pte: bytes) -> str:
-    """``DEFAULT_NPU``, except ``"tosa"`` for a program with a delegate the NPU model does not
-    execute (an Ethos-U85 command stream: the model covers U55/U65 only)."""
+def model_unsupported(pte: bytes) -> Optional[str]:
+    """None when the NPU model implements everything the program's Ethos-U85 command streams use;
+    else the model's ``NotSupported`` message for the first delegate it does not. Found by a trial
+    run of each U85 delegate on zeroed scratch (which commands run does not depend on the data),
+    cached per stream. U55/U65 streams are not tried: the model covers what Vela emits for them."""
+    import hashlib
+
     from ethosu_ng.blob import DelegateBlob
 
     for backend, data in exir.pte_delegate_payloads(pte):
+        if backend != BACKEND_ID:
+            continue
+        blob = DelegateBlob.from_bytes(data)
+        if payload_product(blob.command_stream) != 2:
+            continue
+        key = hashlib.sha256(blob.command_stream + blob.weights).hexdigest()
+        if key not in _unsupported_cache:
+            reason = None
+            try:
+                npu_model_run(
+                    blob.command_stream,
+                    blob.weights,
+                    bytearray(blob.scratch_size),
+                    bytearray(blob.fast_scratch_size) if blob.fast_scratch_size else None,
+                )
+            except NpuModelError as e:
+                if e.code == NPU_MODEL_NOT_SUPPORTED:
+                    reason = str(e)
+            _unsupported_cache[key] = reason
+        if _unsupported_cache[key] is not None:
+            return _unsupported_cache[key]
+    return None
+
+
+def npu_model_name(pte: bytes) -> str:
+    """Which NPU the model runs for this program's delegates, e.g. ``"Ethos-U85"``."""
+    from ethosu_ng.blob import DelegateBlob
+
+    names = []
+    for backend, data in exir.pte_delegate_payloads(pte):
         if backend == BACKEND_ID:
             product = payload_product(DelegateBlob.from_bytes(data).command_stream)
-            if product is not None and product not in MODEL_PRODUCTS:
-                return "tosa"
+            name = PRODUCT_NAMES.get(product, f"product {product}")
+            if name not in names:
+                names.append(name)
+    return "/".join(names) or "Ethos-U"
+
+
+def default_npu_for(pte: bytes) -> str:
+    """``DEFAULT_NPU``, except ``"tosa"`` for a program the NPU model cannot run as a whole: a
+    delegate of a product it does not execute, or an Ethos-U85 stream using something it does not
+    implement (``model_unsupported``) when every delegate carries its TOSA graph."""
+    from ethosu_ng.blob import DelegateBlob
+
+    blobs = [
+        DelegateBlob.from_bytes(data)
+        for backend, data in exir.pte_delegate_payloads(pte)
+        if backend == BACKEND_ID
+    ]
+    for blob in blobs:
+        product = payload_product(blob.command_stream)
+        if product is not None and product not in MODEL_PRODUCTS:
+            return "tosa"
+    if all(b.tosa is not None for b in blobs) and model_unsupported(pte) is not None:
+        return "tosa"
     return DEFAULT_NPU
 
 
@@ -601,9 +662,10 @@ def run_pte(pte, inputs: Sequence, method: str = "forward", npu: Optional[str] =
     """Load a .pte (bytes or path) and run ``method`` with the C++ delegate runtime.
 
     ``npu`` selects what runs each delegate: ``"model"`` (Vela's command stream on the
-    Ethos-U55/U65 functional model) or ``"tosa"`` (the embedded TOSA graph on the reference
+    Ethos-U55/U65/U85 functional model) or ``"tosa"`` (the embedded TOSA graph on the reference
     model; needs ``embed_tosa=True``). ``None``: ``DEFAULT_NPU`` (the model), or ``"tosa"`` for
-    an Ethos-U85 program, which the model does not execute (``default_npu_for``).
+    an Ethos-U85 program whose stream uses something the model does not implement
+    (``default_npu_for``).
 
     Inputs are torch tensors with any layout: ``executorch.runtime`` copies an input's storage
     as is into the planned input buffer (it ignores torch strides), so a channels-last tensor fed

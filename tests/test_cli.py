@@ -186,7 +186,7 @@ def test_verify_runs_a_firmware_pte_on_the_npu_model_by_default(compiled, capsys
     """No TOSA inside, no --npu: the delegates run on the NPU model, and verify says so."""
     code, out, err = run(["verify", compiled, "-n", "2"], capsys)
     assert code == 0, err
-    assert "delegates run on the Ethos-U NPU model (default, --npu model)" in out
+    assert "delegates run on the Ethos-U55 NPU model (default, --npu model)" in out
     assert "output 0: max |pte - eager quantized|" in out
 
 

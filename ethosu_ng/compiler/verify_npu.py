@@ -9,8 +9,8 @@ wrote, or an output element no command wrote, shows up as a difference.
 A difference is an ``NpuDeviation``: a ``VelaError``, so the partitioner handles it as it handles
 a Vela crash (culprit search, the ops responsible move to the CPU, the reason in the report) and
 ``strict`` makes it an export error. So is a stream the model refuses as invalid (an access
-outside its region, a malformed command). Ethos-U85 streams, and valid streams using a feature the
-model does not implement, are ``skipped`` with that reason.
+outside its region, a malformed command). Valid streams using a feature the model does not
+implement (parts of Ethos-U85: docs/npu-model.md) are ``skipped`` with the model's reason.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ POISON = (0xA5, 0x5A)
 # (anything else it returns is a stream fault: out-of-region access, malformed command).
 NOT_SUPPORTED = 0x10
 # Families whose command streams the NPU model executes.
-MODELLED_FAMILIES = ("ethos-u55", "ethos-u65")
+MODELLED_FAMILIES = ("ethos-u55", "ethos-u65", "ethos-u85")
 
 
 class NpuDeviation(VelaError):

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import logging
 import os
 import sys
 import time
 import traceback
-from typing import Dict, List, Optional, Sequence, Tuple
+import warnings
+from typing import List, Optional, Sequence, Tuple
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -23,6 +23,14 @@ EXIT_FAILED = 1
 
 class CliError(Exception):
     """A one-line, user-facing error."""
+
+    code = EXIT_BAD_INPUT
+
+
+class CheckFailed(CliError):
+    """The program ran but failed the check asked for (verify beyond its LSB budget)."""
+
+    code = EXIT_FAILED
 
 
 class Stages:
@@ -51,157 +59,127 @@ class _VelaProgress(logging.Handler):
         print(f"      {record.getMessage()}", file=sys.stderr, flush=True)
 
 
-def _dtype(name: Optional[str]):
+def _calibration_dir(directory: str, example) -> List[Tuple]:
     import torch
 
-    return (
-        None
-        if name in (None, "float", "none")
-        else {"int8": torch.int8, "uint8": torch.uint8}[name]
+    files = sorted(
+        glob.glob(os.path.join(directory, "*.pt")) + glob.glob(os.path.join(directory, "*.npy"))
     )
+    if not files:
+        raise CliError(f"{directory}: no .pt or .npy calibration files")
+    batches = []
+    for f in files:
+        if f.endswith(".npy"):
+            import numpy as np
 
-
-def _calibration(args, example) -> List[Tuple]:
-    import torch
-
-    if args.calibration_dir:
-        files = sorted(
-            glob.glob(os.path.join(args.calibration_dir, "*.pt"))
-            + glob.glob(os.path.join(args.calibration_dir, "*.npy"))
-        )
-        if not files:
-            raise CliError(f"{args.calibration_dir}: no .pt or .npy calibration files")
-        batches = []
-        for f in files:
-            if f.endswith(".npy"):
-                import numpy as np
-
-                t = torch.from_numpy(np.load(f))
-            else:
-                t = torch.load(f)
-            batch = tuple(t) if isinstance(t, (list, tuple)) else (t,)
-            for k, (b, e) in enumerate(zip(batch, example)):
-                if tuple(b.shape) != tuple(e.shape):
-                    raise CliError(
-                        f"{f}: input {k} has shape {list(b.shape)}, the model takes {list(e.shape)}"
-                    )
-            batches.append(tuple(b.float() for b in batch))
-        return batches
-    g = torch.Generator().manual_seed(args.seed)
-    return [
-        tuple(torch.randn(e.shape, generator=g) for e in example) for _ in range(args.calibration)
-    ]
+            t = torch.from_numpy(np.load(f))
+        else:
+            t = torch.load(f)
+        batch = tuple(t) if isinstance(t, (list, tuple)) else (t,)
+        for k, (b, e) in enumerate(zip(batch, example)):
+            if tuple(b.shape) != tuple(e.shape):
+                raise CliError(
+                    f"{f}: input {k} has shape {list(b.shape)}, the model takes {list(e.shape)}"
+                )
+        batches.append(tuple(b.float() for b in batch))
+    return batches
 
 
 def cmd_compile(args) -> int:
-    from ethosu_ng import EthosUNGCompileSpec
-    from ethosu_ng.export import lower, quantize
-    from ethosu_ng.tools import report
-    from ethosu_ng.tools.model_source import check_model_spec, load_model
+    from ethosu_ng import api
+    from ethosu_ng.io_layout import LayoutError
+    from ethosu_ng.tools.model_source import check_model_spec
 
     check_model_spec(args.model)  # a bad MODEL is an error before any stage starts
+    spec_options = dict(
+        system_config=args.system_config,
+        memory_mode=args.memory_mode,
+        extra_vela_flags=args.extra_vela_flag or (),
+        embed_tosa=args.embed_tosa,
+        sram_budget=args.sram_budget,
+        tosa_optimize=not args.no_tosa_optimize,
+        tosa_optimize_verify=args.verify_tosa_optimize,
+        verify_npu=not args.no_verify_npu,
+        verify_lowering=not args.no_verify_lowering,
+        strict=args.strict,
+    )
     try:
-        spec = EthosUNGCompileSpec(
-            args.target,
-            system_config=args.system_config,
-            memory_mode=args.memory_mode,
-            embed_tosa=args.embed_tosa,
-            sram_budget=args.sram_budget,
-            tosa_optimize=not args.no_tosa_optimize,
-            tosa_optimize_verify=args.verify_tosa_optimize,
-            verify_npu=not args.no_verify_npu,
-            verify_lowering=not args.no_verify_lowering,
-            strict=args.strict,
+        api.check_arguments(
+            args.target, args.cpu_op or (), args.input_layout, args.output_layout, spec_options
         )
     except (ValueError, TypeError) as e:
         raise CliError(str(e)) from None
-    from ethosu_ng.partitioner import EthosUNGPartitioner
-
-    try:
-        EthosUNGPartitioner(spec, cpu_ops=args.cpu_op or ())
-    except (ValueError, TypeError) as e:
-        raise CliError(str(e)) from None
+    if args.emit_c and os.path.isfile(args.emit_c):
+        raise CliError(f"--emit-c {args.emit_c}: is a file, not a directory")
     out = args.output or (args.model.split(":")[-1].replace("/", "_") + ".pte")
+    if os.path.isdir(out):
+        raise CliError(f"-o {out}: is a directory")
+    out_dir = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(out_dir):
+        raise CliError(f"-o {out}: no directory {out_dir}")
     stages = Stages(
         ["load", "calibrate + quantize", "partition + Vela", "serialize", "memory plan"]
     )
-    loaded = stages.run("load", load_model, args.model, args.seed)
-    calib = _calibration(args, loaded.example_inputs)
-    quantized = stages.run(
-        "calibrate + quantize",
-        quantize,
-        loaded.model,
-        loaded.example_inputs,
-        spec,
-        calib,
-        _dtype(args.input_dtype),
-        _dtype(args.output_dtype),
-    )
+    calibration = args.calibration
+    if args.calibration_dir:
+        from ethosu_ng.tools.model_source import load_model
+
+        example = load_model(args.model, args.seed).example_inputs
+        calibration = _calibration_dir(args.calibration_dir, example)
     handler = _VelaProgress()
     backend_log = logging.getLogger("ethosu_ng.compiler.pipeline")
     backend_log.addHandler(handler)
     backend_log.setLevel(logging.INFO)
     backend_log.propagate = False
     try:
-        edge, part = stages.run(
-            "partition + Vela", lower, quantized, loaded.example_inputs, spec, args.cpu_op or ()
+        result = api.compile(
+            args.model,
+            target=args.target,
+            input_dtype=args.input_dtype,
+            output_dtype=args.output_dtype,
+            input_layout=args.input_layout,
+            output_layout=args.output_layout,
+            cpu_ops=args.cpu_op or (),
+            calibration=calibration,
+            seed=args.seed,
+            allow_missing_kernels=args.allow_missing_kernels,
+            stage=stages.run,
+            **spec_options,
         )
+    except (LayoutError, api.MissingKernelError) as e:
+        raise CliError(str(e)) from None
     finally:
         backend_log.removeHandler(handler)
         backend_log.propagate = True
-    # Report from the lowered program before serialization rewrites it (memory planning).
-    rep = report.build_report(edge, part, b"", spec, args.model, stages.times)
-    from ethosu_ng.export import serialize
-
-    pte, _ = stages.run("serialize", serialize, edge, spec)
-    from ethosu_ng.memory_plan import memory_plan
-
-    rep["memory_plan"] = stages.run("memory plan", memory_plan, pte)
-    rep["totals"]["pte_bytes"] = len(pte)
-    rep["stages_s"] = dict(stages.times)
-    with open(out, "wb") as f:
-        f.write(pte)
-    emitted = []
-    if args.emit_c:
-        from ethosu_ng.tools.emit_c import c_name, emit_c
-
-        emitted = emit_c(args.emit_c, c_name(out), pte, rep["memory_plan"], os.path.basename(out))
-    rep["compile_args"] = {
-        "model": args.model,
-        "target": args.target,
-        "seed": args.seed,
-        "calibration": args.calibration,
-        "calibration_dir": args.calibration_dir,
-        "input_dtype": args.input_dtype,
-        "output_dtype": args.output_dtype,
-        "cpu_op": args.cpu_op or [],
-        "sram_budget": args.sram_budget,
-    }
-    rep_path = os.path.splitext(out)[0] + ".report.json"
-    with open(rep_path, "w") as f:
-        json.dump(rep, f, indent=1)
-    print(report.format_text(rep))
-    print(f"\nwrote {out} and {rep_path}" + "".join(f", {p}" for p in emitted))
+    result.report["stages_s"] = dict(stages.times)
+    if args.calibration_dir:
+        result.report["compile_args"]["calibration_dir"] = args.calibration_dir
+    written = result.save(out, emit_c=args.emit_c)
+    print(result.report.summary())
+    print(f"\nwrote {', '.join(written)}")
     return 0
 
 
 def cmd_report(args) -> int:
-    from ethosu_ng.tools import html_report, report
+    from ethosu_ng import api
+    from ethosu_ng.tools import html_report
 
-    if not os.path.exists(args.file):
-        raise CliError(f"{args.file}: no such file")
     try:
-        rep = report.load(args.file)
-    except (ValueError, json.JSONDecodeError) as e:
-        raise CliError(f"{args.file}: not an ethosu_ng .pte or report: {e}") from None
-    print(report.format_text(rep))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rep = api.report(args.file)
+    except (FileNotFoundError, api.NotAProgramError) as e:
+        raise CliError(str(e)) from None
+    for w in caught:
+        print(f"ethosu-ng: warning: {w.message}", file=sys.stderr)
+    print(rep.summary())
     if args.by_module:
         from ethosu_ng.module_profile import format_table
 
         if "by_module" not in rep:
             raise CliError(
                 f"{args.file}: no per-module profile (it lives in the .report.json that "
-                "ethosu-ng compile writes next to the .pte)"
+                "ethosu-ng compile writes next to the .pte, for the program as compiled)"
             )
         print()
         print(format_table(rep["by_module"], args.depth, args.top))
@@ -215,103 +193,47 @@ def cmd_report(args) -> int:
 def cmd_verify(args) -> int:
     import torch
 
-    from ethosu_ng import EthosUNGCompileSpec, io_quantization
-    from ethosu_ng.export import lower, quantize
-    from ethosu_ng.tools import report
-    from ethosu_ng.tools.model_source import load_model
+    from ethosu_ng import api
 
     if not os.path.exists(args.pte):
         raise CliError(f"{args.pte}: no such file")
-    rep = report.load(args.pte)
-    ca = rep.get("compile_args")
-    if not ca:
-        raise CliError(
-            f"{args.pte}: no {os.path.splitext(args.pte)[0]}.report.json with compile "
-            "arguments next to it; verify needs it to rebuild the eager quantized model"
-        )
-    with open(args.pte, "rb") as f:
-        pte = f.read()
-    from ethosu_ng.adapters import exir
-    from ethosu_ng.blob import DelegateBlob
-    from ethosu_ng.compile_spec import BACKEND_ID
-    from ethosu_ng.runtime import default_npu_for
-
-    npu = getattr(args, "npu", None) or default_npu_for(pte)
-    chosen = "" if getattr(args, "npu", None) else "default, "
-    for backend, data in exir.pte_delegate_payloads(pte):
-        if npu != "model" and backend == BACKEND_ID and DelegateBlob.from_bytes(data).tosa is None:
-            raise CliError(
-                f"{args.pte}: delegates carry no TOSA graph; compile with --embed-tosa "
-                "to verify on the host with the TOSA reference model, or use --npu model"
-            )
-    print(
-        {
-            "tosa": f"delegates run on the TOSA reference model ({chosen}--npu tosa)",
-            "model": f"delegates run on the Ethos-U NPU model ({chosen}--npu model)",
-            "both": "delegates run on the Ethos-U NPU model, checked against the TOSA "
-            "reference model (--npu both)",
-        }[npu]
-    )
-    ns = argparse.Namespace(**ca)
-    loaded = load_model(ca["model"], ca["seed"])
-    spec = EthosUNGCompileSpec(ca["target"])
-    quantized = quantize(
-        loaded.model,
-        loaded.example_inputs,
-        spec,
-        _calibration(ns, loaded.example_inputs),
-        _dtype(ca["input_dtype"]),
-        _dtype(ca["output_dtype"]),
-    )
-    edge, _ = lower(quantized, loaded.example_inputs, spec, ca["cpu_op"])
-    ioq = io_quantization(edge)
+    inputs = None
     if args.inputs:
         import numpy as np
 
-        with np.load(args.inputs) as d:
-            inputs = [tuple(torch.from_numpy(d[k]) for k in d.files)]
-    else:
-        g = torch.Generator().manual_seed(1234)
-        inputs = [
-            tuple(torch.randn(e.shape, generator=g) for e in loaded.example_inputs)
-            for _ in range(args.n)
-        ]
-    from ethosu_ng.runtime import run_pte
+        try:
+            with np.load(args.inputs) as d:
+                inputs = [tuple(torch.from_numpy(d[k]) for k in d.files)]
+        except (OSError, ValueError) as e:
+            raise CliError(f"--inputs {args.inputs}: not a readable .npz ({e})") from None
+    with open(args.pte, "rb") as f:
+        pte = f.read()
+    try:
+        api.check_program(pte, args.pte)
+        from ethosu_ng.runtime import default_npu_for, model_unsupported, npu_model_name
 
-    worst: Dict[int, float] = {}
-    model_vs_tosa: Dict[int, float] = {}
-    agree = 0
-    for batch in inputs:
-        fed = [io.quantize(t) for io, t in zip(ioq.inputs, batch)]
-        got = run_pte(pte, fed, npu="model" if npu == "both" else npu)
-        if npu == "both":
-            ref = run_pte(pte, fed, npu="tosa")
-            for k, (g_, r_, io) in enumerate(zip(got, ref, ioq.outputs)):
-                d = (g_.double() - r_.double()).abs().max().item()
-                if io.scale is not None and g_.is_floating_point():
-                    d /= io.grid_scale
-                model_vs_tosa[k] = max(model_vs_tosa.get(k, 0.0), d)
-        want = quantized(*batch)
-        want = list(want) if isinstance(want, (list, tuple)) else [want]
-        for k, (g_, w, io) in enumerate(zip(got, want, ioq.outputs)):
-            scale = io.grid_scale
-            gf = io.dequantize(g_) if io.scale is not None else g_.float()
-            lsb = float((gf - w).abs().max() / scale) if scale else float((gf - w).abs().max())
-            worst[k] = max(worst.get(k, 0.0), lsb)
-        if want[0].dim() == 2 and want[0].shape[-1] > 1:
-            agree += int(
-                torch.argmax(
-                    got[0] if ioq.outputs[0].scale is None else ioq.outputs[0].dequantize(got[0])
-                )
-                == torch.argmax(want[0])
-            )
-    for k, v in worst.items():
-        print(f"output {k}: max |pte - eager quantized| = {v:.2f} LSB")
-    for k, v in model_vs_tosa.items():
-        print(f"output {k}: max |NPU model - TOSA reference| = {v:.2f} LSB")
-    if want[0].dim() == 2 and want[0].shape[-1] > 1:
-        print(f"top-1 agreement: {agree}/{len(inputs)}")
-    return 0 if all(v <= args.lsb_budget for v in worst.values()) else EXIT_FAILED
+        npu = args.npu or default_npu_for(pte)
+        chosen = "" if args.npu else "default, "
+        which = npu_model_name(pte)
+        print(
+            {
+                "tosa": f"delegates run on the TOSA reference model ({chosen}--npu tosa)",
+                "model": f"delegates run on the {which} NPU model ({chosen}--npu model)",
+                "both": f"delegates run on the {which} NPU model, checked against the TOSA "
+                "reference model (--npu both)",
+            }[npu]
+        )
+        if npu == "tosa" and not args.npu and model_unsupported(pte):
+            print(f"  (the {which} NPU model does not run it: {model_unsupported(pte)})")
+        result = api.verify(
+            args.pte, inputs=inputs, n=args.n, npu=args.npu, lsb_budget=args.lsb_budget
+        )
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    print(result)
+    if not result.passed:
+        raise CheckFailed("; ".join(result.failures()))
+    return 0
 
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1 << 20, "mib": 1 << 20}
@@ -336,14 +258,45 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _non_negative_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
+    return int(text)
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number >= 0")
+    return v
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ethosu_ng")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="ethosu-ng", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
+    ap.add_argument("--version", action="version", version=f"ethosu-ng {_version()}")
+    # The global options are accepted after the subcommand too.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
+    )
     sub = ap.add_subparsers(dest="command", required=True)
 
-    c = sub.add_parser("compile", help="compile a model to a .pte")
+    c = sub.add_parser("compile", help="compile a model to a .pte", parents=[common])
     c.add_argument("model", help="timm:NAME, torchvision:NAME or path/to/file.py:factory")
     c.add_argument("--target", default="ethos-u55-128")
     c.add_argument("-o", "--output")
@@ -354,11 +307,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g = c.add_mutually_exclusive_group()
     g.add_argument(
-        "--calibration", type=int, default=4, metavar="N", help="N random calibration batches"
+        "--calibration",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="N random calibration batches",
     )
     g.add_argument("--calibration-dir", metavar="DIR", help="calibration samples (.pt / .npy)")
-    c.add_argument("--system-config")
-    c.add_argument("--memory-mode")
+    c.add_argument("--system-config", help="a System_Config section of Vela's Arm/vela.ini")
+    c.add_argument("--memory-mode", help="a Memory_Mode section of Vela's Arm/vela.ini")
+    c.add_argument(
+        "--extra-vela-flag",
+        action="append",
+        metavar="FLAG",
+        help="pass to Vela verbatim, e.g. --extra-vela-flag=--optimise=Size (repeatable)",
+    )
+    for what in ("input", "output"):
+        c.add_argument(
+            f"--{what}-layout",
+            metavar="LAYOUT",
+            help=f"nchw or nhwc for every rank-4 {what}, or one per {what} (nhwc,-): the "
+            f"memory layout the application {'feeds' if what == 'input' else 'reads'}; nhwc "
+            "spares the NPU a transpose (default: as the model gives it)",
+        )
+    c.add_argument(
+        "--allow-missing-kernels",
+        action="store_true",
+        help="write the program although a CPU op has no kernel in ExecuTorch's portable or "
+        "quantized library (firmware that links its own)",
+    )
     c.add_argument("--embed-tosa", action="store_true", help="embed TOSA for host execution")
     c.add_argument(
         "--no-tosa-optimize", action="store_true", help="hand upstream's TOSA to Vela unchanged"
@@ -383,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a command stream the verified compile finds wrong is an error, not a CPU fallback",
     )
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=_non_negative_int, default=0)
     c.add_argument(
         "--sram-budget",
         type=_bytes_arg,
@@ -395,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.set_defaults(func=cmd_compile)
 
-    r = sub.add_parser("report", help="summarize a .pte or its report JSON")
+    r = sub.add_parser("report", help="summarize a .pte or its report JSON", parents=[common])
     r.add_argument("file")
     r.add_argument("--html", metavar="OUT")
     r.add_argument("--by-module", action="store_true", help="NPU cycles by nn.Module")
@@ -408,12 +385,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_report)
 
     v = sub.add_parser(
-        "verify", help="run the .pte on the host and compare with the eager quantized model"
+        "verify",
+        help="run the .pte on the host and compare with the eager quantized model",
+        parents=[common],
     )
     v.add_argument("pte")
     v.add_argument("--inputs", metavar="NPZ")
-    v.add_argument("-n", type=int, default=4, help="random inputs when --inputs is not given")
-    v.add_argument("--lsb-budget", type=float, default=2.0)
+    v.add_argument(
+        "-n", type=_positive_int, default=4, help="random inputs when --inputs is not given"
+    )
+    v.add_argument(
+        "--lsb-budget",
+        type=_non_negative_float,
+        default=2.0,
+        help="largest allowed difference from the eager quantized model, in LSB (default 2)",
+    )
     v.add_argument(
         "--npu",
         choices=["tosa", "model", "both"],
@@ -451,7 +437,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return args.func(args)
     except CliError as e:
         print(f"ethosu-ng: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return e.code
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # anything else: one line unless --debug
