@@ -43,6 +43,10 @@ METHOD_ALLOCATOR_NOTE = (
     "measured on the host (64-bit pointers) by loading the method with a counting allocator; "
     "a 32-bit target needs at most this"
 )
+TARGET_NOTE = (
+    "measured on a Cortex-M55 (32-bit pointers; QEMU mps3-an547): the high-water mark while the "
+    "firmware image loads and runs the method (ethosu-ng verify --on m55)"
+)
 # Room for the method allocator while it is measured: far above any real method.
 _MEASURE_CAP = 256 << 20
 
@@ -154,6 +158,20 @@ def _measure(pte: bytes, plan: Dict[str, Any], method: str) -> Dict[str, Any]:
     _, usage = run_with_pools(pte, plan["planned_arenas"], _MEASURE_CAP, temp, method=method)
     out["method_allocator"] = usage.method_allocator_used
     out["method_allocator_note"] = METHOD_ALLOCATOR_NOTE
+    return out
+
+
+def measured_on_target(plan: Dict[str, Any], used: Dict[str, int]) -> Dict[str, Any]:
+    """``plan`` with the pool sizes measured on the 32-bit target (``used``: the firmware image's
+    high-water marks, ``method`` and ``temp``, ``tools/firmware.py``): the method allocator and
+    the temp allocator are those; the host figures stay as ``*_host``."""
+    out = dict(plan)
+    out["method_allocator_host"] = plan.get("method_allocator")
+    out["method_allocator"] = int(used["method"])
+    out["method_allocator_note"] = TARGET_NOTE
+    out["temp_allocator_host"] = plan["temp_allocator"]
+    out["temp_allocator"] = int(used["temp"])
+    out["measured_on"] = "cortex-m55"
     return out
 
 

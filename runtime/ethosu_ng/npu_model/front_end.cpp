@@ -68,6 +68,10 @@ constexpr uint8_t kDaCmdStream = 0x02;
 constexpr uint8_t kDaReadApb = 0x03;
 constexpr uint8_t kDaDumpShram = 0x04;
 constexpr uint8_t kDaNop = 0x05;
+// The LUTs live in the last 2 KiB of SHRAM: eight 256-byte slots for 8-bit LUTs, all of it
+// for one 16-bit LUT (512 32-bit words).
+constexpr size_t kLutAreaBytes = 2048;
+constexpr size_t kLut16Bytes = 512 * 4;
 
 // Signed 128-bit arithmetic from two 64-bit halves: the product of a 64-bit
 // accumulator and a 32-bit scale needs 96 bits, and 32-bit targets have no
@@ -691,21 +695,42 @@ Error Model::output_setup(const FeatureMap& ofm) {
   }
   act_lo_ = lo;
   act_hi_ = hi;
-  if (lut_index_ >= 0 && !(ofm.bits == 8 || (ofm.bits == 32 && clip == 3))) {
+  if (lut_index_ >= 0 && !(ofm.bits == 8 || ofm.bits == 16 || (ofm.bits == 32 && clip == 3))) {
     return fail(Error::NotSupported,
-                "ACTIVATION 0x%04x: LUT with a %d-bit OFM not modelled (8-bit LUTs only)", act,
-                ofm.bits);
+                "ACTIVATION 0x%04x: LUT with a %d-bit OFM not modelled (8- and 16-bit LUTs only)",
+                act, ofm.bits);
+  }
+  if (lut_index_ >= 0 && ofm.bits == 16 &&
+      static_cast<size_t>(lut_index_) * 256 + kLut16Bytes > kLutAreaBytes) {
+    return fail(Error::InvalidProgram,
+                "ACTIVATION 0x%04x: a 16-bit LUT (%d bytes) in slot %d runs past the %d-byte "
+                "LUT area",
+                act, static_cast<int>(kLut16Bytes), lut_index_, static_cast<int>(kLutAreaBytes));
   }
   return Error::Ok;
 }
 
 Error Model::write_output(const FeatureMap& ofm, int y, int x, int c, int64_t scaled) {
   int64_t v = scaled + ofm.zp;
-  if (lut_index_ >= 0) {
+  if (lut_index_ >= 0 && ofm.bits == 16) {
+    // 16-bit LUT: 512 words, each a signed 16-bit base (low half) and the signed 16-bit
+    // slope to the next entry (high half), indexed by the top 9 bits of the int16 result
+    // and interpolated over its low 7 bits, rounding half up (Vela's lut.py builds it to
+    // TFLite's int16 LUT reference; TOSA's int16 TABLE + a 2^-7 RESCALE compute the same).
+    v = std::min<int64_t>(32767, std::max<int64_t>(-32768, v));
+    const size_t base = shram_.size() - kLutAreaBytes + static_cast<size_t>(lut_index_) * 256;
+    const uint32_t index = static_cast<uint32_t>(v + 32768) >> 7;
+    const int32_t frac = static_cast<int32_t>(v & 0x7f);
+    uint32_t word;
+    std::memcpy(&word, &shram_[base + index * 4u], 4);
+    const int32_t lut_base = static_cast<int16_t>(word & 0xffffu);
+    const int32_t slope = static_cast<int16_t>(word >> 16);
+    v = lut_base + ((slope * frac + 64) >> 7);
+  } else if (lut_index_ >= 0) {
     // 8-bit LUT: 256 entries per slot at the end of SHRAM, indexed by the
     // int8 result.
     v = std::min<int64_t>(127, std::max<int64_t>(-128, v));
-    const size_t base = shram_.size() - 2048 + static_cast<size_t>(lut_index_) * 256;
+    const size_t base = shram_.size() - kLutAreaBytes + static_cast<size_t>(lut_index_) * 256;
     const uint8_t raw = shram_[base + static_cast<size_t>(v + 128)];
     v = ofm.is_signed || ofm.bits == 32 ? int64_t{static_cast<int8_t>(raw)} : int64_t{raw};
   }
