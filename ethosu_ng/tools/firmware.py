@@ -492,7 +492,7 @@ def parse_run(log: str, exit_code: int) -> Run:
         body = line[len(_PREFIX) :]
         m = re.fullmatch(r"run (\d+) output (\d+) ([0-9a-f]*)", body)
         if m:
-            r, k = int(m.group(1)), int(m.group(2))
+            r = int(m.group(1))
             while len(run.outputs) <= r:
                 run.outputs.append([])
             run.outputs[r].append(bytes.fromhex(m.group(3)))

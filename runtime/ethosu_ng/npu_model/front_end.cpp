@@ -301,7 +301,8 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
       }
       uint32_t data;
       std::memcpy(&data, words + 4 * (i + 1), 4);
-      snprintf(cmd_payload_buf_, sizeof(cmd_payload_buf_), ", payload 0x%08x", data);
+      snprintf(cmd_payload_buf_, sizeof(cmd_payload_buf_), ", payload 0x%08lx",
+               static_cast<unsigned long>(data));
       if (cmd_name_ == nullptr || (code & 0x3c00) != 0) {
         return fail(Error::InvalidProgram, "unknown cmd1 opcode (word 0x%08x)", w);
       }
@@ -541,16 +542,23 @@ Error Model::element_ptr(const FeatureMap& f, int y, int x, int c, bool write, u
     t = 2;
   }
   const int64_t coff = f.brick ? (c / 16) * f.sc + (c % 16) * f.esize : int64_t{c} * f.esize;
-  const __int128 addr = static_cast<__int128>(f.base[t]) + static_cast<__int128>(ty) * f.sy +
-                        static_cast<__int128>(tx) * f.sx + coff;
+  // Bases and strides are 40-bit register values: a sum that overflows 64 bits
+  // is far outside every region, and reported as such.
+  int64_t ys, xs, addr;
+  const bool overflow = __builtin_mul_overflow(static_cast<int64_t>(ty), f.sy, &ys) ||
+                        __builtin_mul_overflow(static_cast<int64_t>(tx), f.sx, &xs) ||
+                        __builtin_add_overflow(static_cast<int64_t>(f.base[t]), ys, &addr) ||
+                        __builtin_add_overflow(addr, xs, &addr) ||
+                        __builtin_add_overflow(addr, coff, &addr);
   // Fast path: the region is resolved once per feature map.
-  if (f.mem != nullptr && addr >= 0 && addr + f.esize <= static_cast<__int128>(f.mem_size)) {
+  if (!overflow && f.mem != nullptr && addr >= 0 &&
+      static_cast<uint64_t>(addr) + static_cast<uint64_t>(f.esize) <= f.mem_size) {
     *p = f.mem + static_cast<size_t>(addr);
     return Error::Ok;
   }
   char what[96];
   snprintf(what, sizeof(what), "%s element (y %d, x %d, c %d) in tile %d", f.name, y, x, c, t);
-  if (addr < 0 || addr > (static_cast<__int128>(1) << 40)) {
+  if (overflow || addr < 0 || addr > (int64_t{1} << 40)) {
     return fail(Error::InvalidProgram,
                 "%s: address out of range (base 0x%llx, strides y %lld x %lld c %lld)", what,
                 static_cast<unsigned long long>(f.base[t]), static_cast<long long>(f.sy),
