@@ -1,6 +1,9 @@
 """ethosu_ng: an ExecuTorch backend for Arm Ethos-U NPUs with a typed partition-boundary
 contract.
 
+``compile``, ``report`` and ``verify`` are the command line's verbs as functions
+(``ethosu_ng.api``).
+
 The names whose modules import executorch or torchao are imported on first use, so importing a
 submodule (the ``ethosu-ng`` command line) does not run their start-up (torchao logs warnings
 through torch) before the command line has set up its logging.
@@ -18,6 +21,12 @@ from ethosu_ng.partitioning.boundary import BoundaryContractError
 from ethosu_ng.tensor_spec import TensorSpec
 
 _LAZY = {
+    "compile": "ethosu_ng.api",
+    "report": "ethosu_ng.api",
+    "verify": "ethosu_ng.api",
+    "CompileResult": "ethosu_ng.api",
+    "Report": "ethosu_ng.api",
+    "VerifyResult": "ethosu_ng.api",
     "TARGETS": "ethosu_ng.compile_spec",
     "EthosUNGBackend": "ethosu_ng.backend",
     "EthosUNGCompileSpec": "ethosu_ng.compile_spec",
@@ -26,6 +35,12 @@ _LAZY = {
 }
 
 __all__ = [
+    "compile",
+    "report",
+    "verify",
+    "CompileResult",
+    "Report",
+    "VerifyResult",
     "TARGETS",
     "BoundaryContractError",
     "DelegateBlob",
@@ -54,6 +69,7 @@ def __dir__():
 
 
 if TYPE_CHECKING:
+    from ethosu_ng.api import CompileResult, Report, VerifyResult, compile, report, verify
     from ethosu_ng.backend import EthosUNGBackend
     from ethosu_ng.compile_spec import TARGETS, EthosUNGCompileSpec
     from ethosu_ng.partitioner import EthosUNGPartitioner

@@ -28,6 +28,11 @@ class ProgramIO:
 
     def quantize(self, x: torch.Tensor) -> torch.Tensor:
         """Float tensor -> what this input expects (identity for float IO)."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(
+                f"{self.name}: quantize takes one tensor, not a {type(x).__name__} "
+                "(of a tuple of example inputs x, quantize x[0])"
+            )
         if self.scale is None:
             return x.to(self.dtype)
         info = torch.iinfo(self.dtype)

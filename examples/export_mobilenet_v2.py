@@ -1,6 +1,10 @@
-"""Compile torchvision's MobileNetV2 (random weights, nothing downloaded) to a .pte for Ethos-U.
+"""Compile torchvision's MobileNetV2 (random weights, nothing downloaded) for Ethos-U, taking the
+bytes a camera gives (uint8, interleaved HWC) as they are, and run one frame on the host.
 
 python examples/export_mobilenet_v2.py --target ethos-u55-128 -o mobilenet_v2.pte
+
+Writes the .pte and its .report.json (what ``ethosu-ng report`` reads); ``--emit-c DIR`` also
+writes the program, its pools and its IO contract as C for a firmware build.
 """
 
 import argparse
@@ -9,9 +13,7 @@ import time
 import torch
 import torchvision
 
-from ethosu_ng import DelegateBlob, EthosUNGCompileSpec
-from ethosu_ng.export import lower, quantize
-from ethosu_ng.partitioning.boundary import float_boundary_tensors
+import ethosu_ng
 
 
 def main() -> None:
@@ -21,36 +23,38 @@ def main() -> None:
     ap.add_argument("--target", default="ethos-u55-128")
     ap.add_argument("-o", "--output", default="mobilenet_v2.pte")
     ap.add_argument("--calibration", type=int, default=2, help="random calibration batches")
+    ap.add_argument("--emit-c", metavar="DIR")
     args = ap.parse_args()
 
     t0 = time.time()
     torch.manual_seed(0)
     model = torchvision.models.mobilenet_v2(weights=None).eval()
-    x = (torch.randn(1, 3, 224, 224),)
-    spec = EthosUNGCompileSpec(args.target)
-    calib = [(torch.randn(1, 3, 224, 224),) for _ in range(args.calibration)]
-    quantized = quantize(model, x, spec, calibration=calib)
-    edge, partitioner = lower(quantized, x, spec)
-    program = edge.exported_program()
-    assert not float_boundary_tensors(program)
-    pte = edge.to_executorch()
-    with open(args.output, "wb") as f:
-        f.write(pte.buffer)
+    x = (torch.rand(1, 3, 224, 224),)  # images in [0, 1]
+    calib = [(torch.rand(1, 3, 224, 224),) for _ in range(args.calibration)]
+    result = ethosu_ng.compile(
+        model,
+        x,
+        args.target,
+        calibration=calib,
+        input_dtype="uint8",  # camera bytes in
+        output_dtype="int8",  # int8 scores out: no quantize/dequantize on the CPU
+        input_layout="nhwc",  # interleaved HWC: no NPU transpose of the input
+    )
+    written = result.save(args.output, emit_c=args.emit_c)
+    print(result.report.summary())
+    print(f"\nwrote {', '.join(written)} in {time.time() - t0:.1f} s")
 
-    print(f"{args.output}: {len(pte.buffer)} bytes for {spec.target} in {time.time() - t0:.1f} s")
-    for tag, nodes in partitioner.report.partitions.items():
-        print(f"  {tag}: {len(nodes)} nodes on the NPU")
-    cpu = {n: r for n, r in partitioner.report.cpu_reasons.items()}
-    print(f"  {len(cpu)} nodes on the CPU")
-    for name in list(program.graph_module._modules):
-        if name.startswith("lowered_module"):
-            blob = DelegateBlob.from_bytes(getattr(program.graph_module, name).processed_bytes)
-            ins = ", ".join(s.describe() for s in blob.inputs)
-            outs = ", ".join(s.describe() for s in blob.outputs)
-            print(
-                f"  {name}: in [{ins}] out [{outs}] scratch {blob.scratch_size} B, "
-                f"weights {len(blob.weights)} B"
-            )
+    # One camera frame: H x W x 3 bytes, fed as they are (a view, no copy, no transpose).
+    frame = (torch.rand(224, 224, 3) * 255).round().to(torch.uint8).numpy().tobytes()
+    pixels = torch.frombuffer(bytearray(frame), dtype=torch.uint8)
+    image = pixels.view(1, 224, 224, 3).permute(0, 3, 1, 2)  # logical NCHW, bytes still HWC
+    from ethosu_ng.runtime import run_pte
+
+    (scores,) = run_pte(result.pte, [image])
+    io = ethosu_ng.io_quantization(result.edge)
+    print(
+        f"class {int(scores.argmax())}, score {float(io.outputs[0].dequantize(scores).max()):.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ IO_META_KEY = "ethosu_ng_program_io"
 def program_io_request(program: ExportedProgram):
     """(input_dtype, output_dtype) recorded by EthosUNGQuantizer, or (None, None)."""
     for n in program.graph.nodes:
-        if n.op == "placeholder":
+        if n.op in ("placeholder", "call_function"):
             req = (n.meta.get("custom") or {}).get(IO_META_KEY)
             if req:
                 return _dtype(req.get("input")), _dtype(req.get("output"))

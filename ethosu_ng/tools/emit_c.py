@@ -1,6 +1,7 @@
 """``ethosu-ng compile ... --emit-c DIR``: the .pte and its memory plan as C for a firmware build.
 
-Writes ``DIR/<name>.h`` (``#define`` for every pool of the memory plan, the array's declaration)
+Writes ``DIR/<name>.h`` (``#define`` for every pool of the memory plan, the IO contract of every
+program input and output: dtype, shape, layout, scale and zero point; the array's declaration)
 and ``DIR/<name>.c`` (the .pte as a 16-byte aligned ``const uint8_t`` array: the runtime uses the
 delegate blobs in place and rejects a misaligned program). C99 with GCC/Clang's ``aligned``
 attribute, C11 ``_Alignas`` elsewhere.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 _BYTES_PER_LINE = 16
 
@@ -64,7 +65,44 @@ def _defines(prefix: str, plan: Dict[str, Any]) -> Tuple[str, ...]:
     return tuple(lines)
 
 
-def header_text(name: str, plan: Dict[str, Any], source: str = "") -> str:
+# ExecuTorch ScalarType codes (executorch/runtime/core/portable_type/scalar_type.h).
+_SCALAR_TYPE = {"uint8": 0, "int8": 1, "int16": 2, "int32": 3, "float32": 6, "uint16": 27}
+
+
+def _io_contract(prefix: str, io: Optional[Dict[str, Any]]) -> Tuple[str, ...]:
+    """Per program input/output: what firmware fills or reads (ExecuTorch ScalarType code, rank,
+    sizes in the program's logical NCHW order, layout of the bytes, quantization)."""
+    if not io:
+        return ()
+    p = prefix.upper()
+    lines = [
+        "",
+        "/* IO contract. DTYPE: ExecuTorch ScalarType (0 Byte=uint8, 1 Char=int8, 6 Float);",
+        " * DIM_k: logical sizes (N, C, H, W for rank 4); DIM_ORDER_k: the order the bytes are",
+        " * laid out in (0,1,2,3 NCHW; 0,2,3,1 NHWC: channels interleaved, as a camera has them);",
+        " * SCALE / ZERO_POINT: real = SCALE * (q - ZERO_POINT), integer tensors only. */",
+    ]
+    for what, key in (("INPUT", "inputs"), ("OUTPUT", "outputs")):
+        for k, t in enumerate(io[key]):
+            n = f"{p}_{what}_{k}"
+            code = _SCALAR_TYPE.get(t["dtype"])
+            lines.append(f"/* {what.lower()} {k}: {t['name']} */")
+            lines.append(f"#define {n}_DTYPE {code if code is not None else -1}")
+            lines.append(f"#define {n}_RANK {len(t['shape'])}u")
+            lines += [f"#define {n}_DIM_{d} {s}u" for d, s in enumerate(t["shape"])]
+            order = t.get("dim_order") or list(range(len(t["shape"])))
+            lines += [f"#define {n}_DIM_ORDER_{d} {o}u" for d, o in enumerate(order)]
+            if len(t["shape"]) == 4 and t.get("layout"):
+                lines.append(f"#define {n}_LAYOUT_{t['layout'].upper()} 1")
+            if t.get("scale") is not None:
+                lines.append(f"#define {n}_SCALE {float(t['scale'])!r}f")
+                lines.append(f"#define {n}_ZERO_POINT {int(t['zero_point'])}")
+    return tuple(lines)
+
+
+def header_text(
+    name: str, plan: Dict[str, Any], source: str = "", io: Optional[Dict[str, Any]] = None
+) -> str:
     guard = f"ETHOSU_NG_{name.upper()}_H"
     return "\n".join(
         [
@@ -75,6 +113,7 @@ def header_text(name: str, plan: Dict[str, Any], source: str = "") -> str:
             "#include <stdint.h>",
             "",
             *_defines(name, plan),
+            *_io_contract(name, io),
             "",
             "#ifdef __cplusplus",
             'extern "C" {',
@@ -117,8 +156,16 @@ def source_text(name: str, pte: bytes) -> str:
     )
 
 
-def emit_c(out_dir: str, name: str, pte: bytes, plan: Dict[str, Any], source: str = ""):
-    """Write ``out_dir/name.h`` and ``out_dir/name.c``; return their paths."""
+def emit_c(
+    out_dir: str,
+    name: str,
+    pte: bytes,
+    plan: Dict[str, Any],
+    source: str = "",
+    io: Optional[Dict[str, Any]] = None,
+):
+    """Write ``out_dir/name.h`` and ``out_dir/name.c``; return their paths. ``io``: the report's
+    ``program_io`` (the header's IO contract)."""
     if plan["pte_bytes"] != len(pte):
         raise ValueError(
             f"memory plan is for a {plan['pte_bytes']}-byte program, the .pte has {len(pte)}"
@@ -127,7 +174,7 @@ def emit_c(out_dir: str, name: str, pte: bytes, plan: Dict[str, Any], source: st
     h = os.path.join(out_dir, f"{name}.h")
     c = os.path.join(out_dir, f"{name}.c")
     with open(h, "w") as f:
-        f.write(header_text(name, plan, source))
+        f.write(header_text(name, plan, source, io))
     with open(c, "w") as f:
         f.write(source_text(name, pte))
     return h, c

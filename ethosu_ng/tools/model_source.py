@@ -1,13 +1,15 @@
 """Where a model comes from: ``timm:NAME``, ``torchvision:NAME`` or ``path/to/file.py:factory``.
 
 Models are always built with random weights (``pretrained=False`` / ``weights=None``): nothing
-is downloaded. A factory is a function returning ``(model, example_inputs)``.
+is downloaded. A factory is a function returning ``(model, example_inputs)``; its file's directory
+is on the import path.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 from typing import Tuple
 
@@ -91,6 +93,11 @@ def _torchvision(name: str):
 
 
 def _factory(path: str, func: str):
+    # The factory's own directory is importable, as when Python runs the file as a script: a
+    # factory may import a sibling module.
+    here = os.path.dirname(os.path.abspath(path))
+    if here not in sys.path:
+        sys.path.insert(0, here)
     mod_spec = importlib.util.spec_from_file_location("ethosu_ng_user_model", path)
     module = importlib.util.module_from_spec(mod_spec)
     try:

@@ -6,14 +6,18 @@ recovers what the .pte itself carries (IO tables, sizes) when the JSON is not at
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any, Dict, List, Optional
 
 from ethosu_ng import module_profile
 from ethosu_ng.adapters import exir
 from ethosu_ng.blob import DelegateBlob
 from ethosu_ng.compile_spec import BACKEND_ID
+from ethosu_ng.io_layout import (
+    TRANSPOSE_SHARE_WORTH_NAMING,
+    io_transposes,
+    layout_of,
+    program_dim_orders,
+)
 from ethosu_ng.io_quantization import io_quantization
 from ethosu_ng.ops import CALL_DELEGATE, is_compute, op_name
 from ethosu_ng.tensor_spec import TensorSpec
@@ -24,6 +28,7 @@ def spec_dict(s: TensorSpec) -> Dict[str, Any]:
         "dtype": str(s.dtype).replace("torch.", ""),
         "shape": list(s.shape),
         "dim_order": list(s.dim_order),
+        "layout": layout_of(s.dim_order),
         "scale": s.scale,
         "zero_point": s.zero_point,
     }
@@ -114,27 +119,22 @@ def build_report(
                 )
     npu_ops = sum(d["n_compute_ops"] for d in delegates)
     ioq = io_quantization(edge)
+    in_orders, out_orders = program_dim_orders(edge)
+
+    def io_entry(p, order):
+        return {
+            "name": p.name,
+            "dtype": str(p.dtype).replace("torch.", ""),
+            "shape": list(p.shape),
+            "dim_order": list(order),
+            "layout": layout_of(order),
+            "scale": p.scale,
+            "zero_point": p.zero_point,
+        }
+
     io = {
-        "inputs": [
-            {
-                "name": i.name,
-                "dtype": str(i.dtype).replace("torch.", ""),
-                "shape": list(i.shape),
-                "scale": i.scale,
-                "zero_point": i.zero_point,
-            }
-            for i in ioq.inputs
-        ],
-        "outputs": [
-            {
-                "name": o.name,
-                "dtype": str(o.dtype).replace("torch.", ""),
-                "shape": list(o.shape),
-                "scale": o.scale,
-                "zero_point": o.zero_point,
-            }
-            for o in ioq.outputs
-        ],
+        "inputs": [io_entry(p, o) for p, (_, o) in zip(ioq.inputs, in_orders)],
+        "outputs": [io_entry(p, o) for p, (_, o) in zip(ioq.outputs, out_orders)],
     }
     cycles = [d["vela"]["npu_cycles"] for d in delegates if d["vela"]["npu_cycles"] is not None]
     moved = module_profile.data_movement(layer for d in delegates for layer in d["layers"])
@@ -200,19 +200,6 @@ def from_pte(pte: bytes) -> Dict[str, Any]:
     }
 
 
-def load(path: str) -> Dict[str, Any]:
-    """A report from ``x.report.json``, or from ``x.pte`` (preferring its sibling JSON)."""
-    if path.endswith(".json"):
-        with open(path) as f:
-            return json.load(f)
-    sibling = os.path.splitext(path)[0] + ".report.json"
-    if os.path.exists(sibling):
-        with open(sibling) as f:
-            return json.load(f)
-    with open(path, "rb") as f:
-        return from_pte(f.read())
-
-
 def _fmt(v, unit="", digits=0) -> str:
     if v is None:
         return "-"
@@ -225,8 +212,27 @@ def _io_text(specs: List[Dict[str, Any]]) -> str:
     parts = []
     for s in specs:
         q = f" s={s['scale']:.4g} zp={s['zero_point']}" if s.get("scale") is not None else ""
-        parts.append(f"{s['dtype']}{s['shape']}{q}")
+        lay = f" {s['layout']}" if s.get("layout") and len(s["shape"]) == 4 else ""
+        parts.append(f"{s['dtype']}{s['shape']}{lay}{q}")
     return ", ".join(parts)
+
+
+def transpose_notes(r: Dict[str, Any]) -> List[str]:
+    """A line per delegate whose NCHW program IO costs the NPU a transpose worth naming."""
+    lines = []
+    for d in r.get("delegates", []):
+        total = d.get("vela", {}).get("npu_cycles")
+        if not total or not d.get("layers"):
+            continue
+        cost = io_transposes(d)
+        for what, option in (("input", "--input-layout nhwc"), ("output", "--output-layout nhwc")):
+            if cost[what] >= TRANSPOSE_SHARE_WORTH_NAMING * total:
+                lines.append(
+                    f"{d['name']}: transposing its NCHW {what} costs {cost[what]:,} NPU cycles "
+                    f"({100 * cost[what] / total:.1f}% of {total:,.0f}); {option} "
+                    f"({what}_layout='nhwc') takes the {what} in NHWC and removes it"
+                )
+    return lines
 
 
 def _verdict_text(v: Optional[Dict[str, Any]]) -> str:
@@ -286,6 +292,15 @@ def format_text(r: Dict[str, Any]) -> str:
         for name, lv, nv in verdicts:
             lines.append(f"  {name:<16} lowering: {_lowering_text(lv)}")
             lines.append(f"  {'':<16} stream:   {_verdict_text(nv)}")
+    if r.get("program_io"):
+        lines.append("")
+        for what in ("inputs", "outputs"):
+            for k, p in enumerate(r["program_io"][what]):
+                lines.append(f"program {what[:-1]} {k} {p['name']}: {_io_text([p])}")
+    notes = transpose_notes(r)
+    if notes:
+        lines.append("")
+        lines += notes
     if r["cpu_ops"]:
         lines.append("")
         lines.append("on the CPU:")
@@ -298,6 +313,16 @@ def format_text(r: Dict[str, Any]) -> str:
             f"compile: "
             f"{len(r['compiler_fallback'])} op(s) (reasons above)"
         )
+    if r.get("cpu_kernels") is not None:
+        lines.append("")
+        lines.append(
+            "CPU kernels to link: " + (", ".join(r["cpu_kernels"]) or "none (all on the NPU)")
+        )
+        if r.get("missing_host_kernels"):
+            lines.append(
+                "  not in ExecuTorch's portable/quantized library: "
+                + ", ".join(r["missing_host_kernels"])
+            )
     t = r["totals"]
     if t.get("data_movement_by_op") is not None and t.get("npu_cycles"):
         lines.append("")
