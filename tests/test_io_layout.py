@@ -1,0 +1,164 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Program IO in the layout the application has (``--input-layout`` / ``--output-layout``).
+
+An NHWC input or output spares the NPU its transpose; the program's answers are those of the
+NCHW program bit for bit; the report names a transpose that costs; a wrong layout request is a
+one-line error naming the tensor; camera bytes (uint8, HWC) run as they are."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import ethosu_ng
+from ethosu_ng import io_layout
+from ethosu_ng.blob import DelegateBlob
+from ethosu_ng.tools.report import format_text
+
+DATA = Path(__file__).resolve().parent / "data"
+sys.path.insert(0, str(DATA))
+import first_hour_models as models  # noqa: E402
+
+TARGET = "ethos-u55-128"  # the NPU model runs its command streams on the host
+
+
+def _compile(factory, **kw):
+    torch.manual_seed(0)
+    model, x = factory()
+    return ethosu_ng.compile(model, x, TARGET, calibration=2, **kw)
+
+
+def _blob(result, k=0) -> DelegateBlob:
+    from ethosu_ng.adapters import exir
+
+    return DelegateBlob.from_bytes(exir.pte_delegate_payloads(result.pte)[k][1])
+
+
+@pytest.fixture(scope="module")
+def feature_maps():
+    """The same feature-map model with NCHW and with NHWC IO (integer IO: the delegate's IO is
+    the program's)."""
+    io = dict(input_dtype="int8", output_dtype="int8")
+    return (
+        _compile(models.feature_map, **io),
+        _compile(models.feature_map, input_layout="nhwc", output_layout="nhwc", **io),
+    )
+
+
+def test_nhwc_io_removes_the_npu_transposes(feature_maps):
+    nchw, nhwc = feature_maps
+    (d_nchw,), (d_nhwc,) = nchw.report["delegates"], nhwc.report["delegates"]
+    cost = io_layout.io_transposes(d_nchw)
+    assert cost["input"] > 0 and cost["output"] > 0  # the premise: NCHW IO costs transposes
+    assert io_layout.io_transposes(d_nhwc) == {"input": 0, "output": 0}
+    assert not any(
+        layer.get("data_movement_kind") == "Transpose" and layer["npu_cycles"]
+        for layer in d_nhwc["layers"]
+    )
+    assert d_nhwc["vela"]["npu_cycles"] < d_nchw["vela"]["npu_cycles"]
+    # The contract: the blob, the report and the program say NHWC.
+    blob = _blob(nhwc)
+    assert blob.inputs[0].dim_order == (0, 2, 3, 1) and blob.outputs[0].dim_order == (0, 2, 3, 1)
+    io = nhwc.report["program_io"]
+    assert io["inputs"][0]["layout"] == "nhwc" and io["outputs"][0]["layout"] == "nhwc"
+    assert nchw.report["program_io"]["inputs"][0]["layout"] == "nchw"
+
+
+def test_nhwc_program_answers_as_the_nchw_one_bit_for_bit(feature_maps):
+    from ethosu_ng.runtime import run_pte
+
+    nchw, nhwc = feature_maps
+    q_in = nchw.report["program_io"]["inputs"][0]
+    g = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        x = torch.randint(-128, 128, (1, 3, 32, 32), generator=g, dtype=torch.int8)
+        (a,) = run_pte(nchw.pte, [x])
+        (b,) = run_pte(nhwc.pte, [x.contiguous(memory_format=torch.channels_last)])
+        assert b.is_contiguous(memory_format=torch.channels_last)  # NHWC bytes out
+        assert a.dtype == b.dtype == torch.int8 and torch.equal(a, b)
+    assert q_in["scale"] == nhwc.report["program_io"]["inputs"][0]["scale"]
+
+
+def test_report_names_a_costly_io_transpose_and_the_option(feature_maps):
+    nchw, nhwc = feature_maps
+    text = format_text(nchw.report)
+    assert "transposing its NCHW input costs" in text and "--input-layout nhwc" in text
+    assert "transposing its NCHW output costs" in text and "--output-layout nhwc" in text
+    assert "transposing" not in format_text(nhwc.report)
+
+
+def test_header_says_the_layout(feature_maps, tmp_path):
+    _, nhwc = feature_maps
+    h, _ = nhwc.save(str(tmp_path / "fm.pte"), emit_c=str(tmp_path / "c"))[2:]
+    text = Path(h).read_text()
+    assert "#define FM_INPUT_0_LAYOUT_NHWC 1" in text
+    assert "#define FM_OUTPUT_0_LAYOUT_NHWC 1" in text
+    assert "#define FM_INPUT_0_DIM_ORDER_1 2u" in text
+
+
+def test_one_layout_per_tensor(tmp_path):
+    result = _compile(models.two_inputs, input_layout="nhwc,-")
+    ins = result.report["program_io"]["inputs"]
+    assert [i["dim_order"] for i in ins] == [[0, 2, 3, 1], [0, 1]]
+
+
+@pytest.mark.parametrize(
+    "factory, kw, needle",
+    [
+        (models.two_inputs, dict(input_layout="nhwc,nhwc"), "input 1: layout nhwc is for rank-4"),
+        (models.two_inputs, dict(input_layout="nhwc,-,-"), "3 input layouts for 2 inputs"),
+        (models.sorts, dict(output_layout="nhwc"), "no rank-4 output"),
+        (models.feature_map, dict(input_layout="chwn"), "input layout 'chwn'"),
+    ],
+)
+def test_a_layout_the_tensor_cannot_take_is_named(factory, kw, needle):
+    with pytest.raises(io_layout.LayoutError, match=needle):
+        _compile(factory, **kw)
+
+
+def test_export_checks_the_layout_it_was_asked_for(feature_maps):
+    """A program whose IO is not in the layout asked for (the check on the lowered program)."""
+    nchw, _ = feature_maps
+    with pytest.raises(io_layout.LayoutError, match=r"output 0 \(.*\): asked for nhwc"):
+        io_layout.check_program_layouts(nchw.edge, [None], ["nhwc"])
+    with pytest.raises(io_layout.LayoutError, match=r"input 0 \(.*\): asked for nhwc"):
+        io_layout.check_program_layouts(nchw.edge, ["nhwc"], [None])
+
+
+def test_sensor_bytes_end_to_end(tmp_path):
+    """A uint8 HWC image file, as a camera writes it, fed as it is to a program compiled with
+    uint8 NHWC input: the same answer as the eager quantized model on that image."""
+    from ethosu_ng.runtime import run_pte
+
+    g = torch.Generator().manual_seed(3)
+    calib = [(torch.rand(1, 3, 32, 32, generator=g),) for _ in range(4)]
+    torch.manual_seed(0)
+    model, x = models.feature_map()
+    result = ethosu_ng.compile(
+        model,
+        x,
+        TARGET,
+        calibration=calib,
+        input_dtype="uint8",
+        output_dtype="int8",
+        input_layout="nhwc",
+    )
+    (p_in,) = ethosu_ng.io_quantization(result.edge).inputs
+    assert (
+        p_in.dtype == torch.uint8 and result.report["program_io"]["inputs"][0]["layout"] == "nhwc"
+    )
+    image = tmp_path / "frame.rgb"  # H x W x 3 bytes, interleaved
+    hwc = (torch.rand(32, 32, 3, generator=g) * 255).round().to(torch.uint8)
+    image.write_bytes(hwc.numpy().tobytes())
+
+    raw = torch.frombuffer(bytearray(image.read_bytes()), dtype=torch.uint8)
+    fed = raw.view(1, 32, 32, 3).permute(0, 3, 1, 2)  # a view: the bytes stay HWC
+    assert fed.is_contiguous(memory_format=torch.channels_last)
+    (got,) = run_pte(result.pte, [fed])
+    want = result.quantized(p_in.dequantize(fed))  # the eager quantized model on the image
+    (p_out,) = ethosu_ng.io_quantization(result.edge).outputs
+    lsb = (p_out.dequantize(got) - want).abs().max() / p_out.scale
+    assert float(lsb) <= 1.0, float(lsb)  # the verified-compile bound (1 LSB)
