@@ -107,9 +107,9 @@ Error check_arg(
   if (v == nullptr || !v->isTensor()) {
     ET_LOG(
         Error,
-        "EthosUNGBackend: %s %zu: expected a %s tensor, got EValue tag %d",
+        "EthosUNGBackend: %s %lu: expected a %s tensor, got EValue tag %d",
         kind,
-        index,
+        static_cast<unsigned long>(index),
         dtype_name(e.dtype),
         v == nullptr ? -1 : static_cast<int>(v->tag));
     return Error::InvalidArgument;
@@ -118,15 +118,19 @@ Error check_arg(
   ScalarType want;
   if (!scalar_type_for(e.dtype, &want)) {
     // parse() rejects unknown codes; kept so a future code cannot slip by.
-    ET_LOG(Error, "EthosUNGBackend: %s %zu: bad dtype code", kind, index);
+    ET_LOG(
+        Error,
+        "EthosUNGBackend: %s %lu: bad dtype code",
+        kind,
+        static_cast<unsigned long>(index));
     return Error::InvalidProgram;
   }
   if (t.scalar_type() != want) {
     ET_LOG(
         Error,
-        "EthosUNGBackend: %s %zu: dtype mismatch: expected %s (%s), got %s",
+        "EthosUNGBackend: %s %lu: dtype mismatch: expected %s (%s), got %s",
         kind,
-        index,
+        static_cast<unsigned long>(index),
         dtype_name(e.dtype),
         executorch::runtime::toString(want),
         executorch::runtime::toString(t.scalar_type()));
@@ -154,10 +158,10 @@ Error check_arg(
     if (want_numel != got_numel) {
       ET_LOG(
           Error,
-          "EthosUNGBackend: %s %zu: numel mismatch: expected %llu %s, got "
+          "EthosUNGBackend: %s %lu: numel mismatch: expected %llu %s, got "
           "%llu %s%s",
           kind,
-          index,
+          static_cast<unsigned long>(index),
           static_cast<unsigned long long>(want_numel),
           shape_str(want_s, sizeof(want_s), e.shape, e.rank),
           static_cast<unsigned long long>(got_numel),
@@ -166,9 +170,9 @@ Error check_arg(
     } else {
       ET_LOG(
           Error,
-          "EthosUNGBackend: %s %zu: shape mismatch: expected %s, got %s",
+          "EthosUNGBackend: %s %lu: shape mismatch: expected %s, got %s",
           kind,
-          index,
+          static_cast<unsigned long>(index),
           shape_str(want_s, sizeof(want_s), e.shape, e.rank),
           shape_str(got_s, sizeof(got_s), t.sizes().data(), t.dim()));
     }
@@ -177,18 +181,18 @@ Error check_arg(
   if (e.byte_size != 0 && t.const_data_ptr() == nullptr) {
     ET_LOG(
         Error,
-        "EthosUNGBackend: %s %zu: tensor has no data buffer",
+        "EthosUNGBackend: %s %lu: tensor has no data buffer",
         kind,
-        index);
+        static_cast<unsigned long>(index));
     return Error::InvalidArgument;
   }
   if (t.strides().size() != static_cast<size_t>(e.rank)) {
     ET_LOG(
         Error,
-        "EthosUNGBackend: %s %zu: tensor has %zu strides for rank %u",
+        "EthosUNGBackend: %s %lu: tensor has %lu strides for rank %u",
         kind,
-        index,
-        t.strides().size(),
+        static_cast<unsigned long>(index),
+        static_cast<unsigned long>(t.strides().size()),
         e.rank);
     return Error::InvalidArgument;
   }
@@ -239,9 +243,9 @@ class EthosUNGBackend final : public BackendInterface {
     if (h == nullptr) {
       ET_LOG(
           Error,
-          "EthosUNGBackend: runtime allocator cannot hold the %zu-byte "
+          "EthosUNGBackend: runtime allocator cannot hold the %lu-byte "
           "handle",
-          sizeof(Handle));
+          static_cast<unsigned long>(sizeof(Handle)));
       return Error::MemoryAllocationFailed;
     }
     new (h) Handle{b};
@@ -262,12 +266,12 @@ class EthosUNGBackend final : public BackendInterface {
     if (args.size() != n_in + n_out) {
       ET_LOG(
           Error,
-          "EthosUNGBackend: expected %zu arguments (%zu inputs + %zu "
-          "outputs), got %zu",
-          n_in + n_out,
-          n_in,
-          n_out,
-          args.size());
+          "EthosUNGBackend: expected %lu arguments (%lu inputs + %lu "
+          "outputs), got %lu",
+          static_cast<unsigned long>(n_in + n_out),
+          static_cast<unsigned long>(n_in),
+          static_cast<unsigned long>(n_out),
+          static_cast<unsigned long>(args.size()));
       return Error::InvalidArgument;
     }
     // Every argument is checked before any NPU or scratch work.
@@ -319,9 +323,9 @@ class EthosUNGBackend final : public BackendInterface {
         if (fast == nullptr) {
           ET_LOG(
               Error,
-              "EthosUNGBackend: temp allocator cannot provide %zu bytes of "
+              "EthosUNGBackend: temp allocator cannot provide %lu bytes of "
               "fast scratch",
-              fast_size);
+              static_cast<unsigned long>(fast_size));
           return Error::MemoryAllocationFailed;
         }
       }
@@ -342,7 +346,10 @@ class EthosUNGBackend final : public BackendInterface {
           e.rank,
           e.elem_size);
       if (err != Error::Ok) {
-        ET_LOG(Error, "EthosUNGBackend: input %zu: layout copy failed", i);
+        ET_LOG(
+            Error,
+            "EthosUNGBackend: input %lu: layout copy failed",
+            static_cast<unsigned long>(i));
         return err;
       }
     }
@@ -374,7 +381,10 @@ class EthosUNGBackend final : public BackendInterface {
           e.rank,
           e.elem_size);
       if (err != Error::Ok) {
-        ET_LOG(Error, "EthosUNGBackend: output %zu: layout copy failed", i);
+        ET_LOG(
+            Error,
+            "EthosUNGBackend: output %lu: layout copy failed",
+            static_cast<unsigned long>(i));
         return err;
       }
     }

@@ -461,8 +461,8 @@ BlobRule Blob::validate(const uint8_t* p, size_t size, Blob* out) {
   if (size < kHeaderSize) {
     ET_LOG(
         Error,
-        "ethosu_ng blob: truncated: %zu bytes, header needs %u",
-        size,
+        "ethosu_ng blob: truncated: %lu bytes, header needs %u",
+        static_cast<unsigned long>(size),
         kHeaderSize);
     return BlobRule::kTruncated;
   }
@@ -522,9 +522,9 @@ BlobRule Blob::validate(const uint8_t* p, size_t size, Blob* out) {
   if (total != size) {
     ET_LOG(
         Error,
-        "ethosu_ng blob: total_size field says %u bytes, buffer has %zu",
+        "ethosu_ng blob: total_size field says %u bytes, buffer has %lu",
         total,
-        size);
+        static_cast<unsigned long>(size));
     return BlobRule::kTotalSize;
   }
   if (total % kBlobAlign != 0) {

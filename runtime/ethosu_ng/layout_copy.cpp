@@ -265,8 +265,8 @@ Error strided_copy(
   if (elem_size != 1 && elem_size != 2 && elem_size != 4) {
     ET_LOG(
         Error,
-        "ethosu_ng layout copy: element size %zu not 1, 2 or 4",
-        elem_size);
+        "ethosu_ng layout copy: element size %lu not 1, 2 or 4",
+        static_cast<unsigned long>(elem_size));
     return Error::InvalidArgument;
   }
   // Gather the non-trivial dims; a size-1 dim's stride never matters.

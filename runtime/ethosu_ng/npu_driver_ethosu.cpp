@@ -38,9 +38,9 @@ class EthosUDriver final : public NpuDriver {
     if (cmd_size > static_cast<size_t>(INT_MAX)) {
       ET_LOG(
           Error,
-          "ethosu_ng: command stream of %zu bytes exceeds the driver's int "
+          "ethosu_ng: command stream of %lu bytes exceeds the driver's int "
           "size",
-          cmd_size);
+          static_cast<unsigned long>(cmd_size));
       return Error::InvalidArgument;
     }
     // Vela regions: 0 weights (read-only, in the blob), 1 scratch (IO and
