@@ -159,3 +159,33 @@ class ReshapeAttention(nn.Module):
     @staticmethod
     def example():
         return (torch.randn(1, 8, 8, 8),)
+
+
+class KeywordSpotter(nn.Module):
+    """DS-CNN (the shape of Arm's ML-zoo keyword spotting model): 49 MFCC frames x 10
+    coefficients, a 10x4 stride-2 convolution, depthwise-separable blocks, global average,
+    12 classes."""
+
+    def __init__(self, width: int = 32, blocks: int = 2):
+        super().__init__()
+        self.stem = nn.Conv2d(1, width, (10, 4), stride=2, padding=(5, 1))
+        self.blocks = nn.ModuleList(
+            nn.Sequential(
+                nn.Conv2d(width, width, 3, padding=1, groups=width),
+                nn.ReLU(),
+                nn.Conv2d(width, width, 1),
+                nn.ReLU(),
+            )
+            for _ in range(blocks)
+        )
+        self.fc = nn.Linear(width, 12)
+
+    def forward(self, x):
+        y = F.relu(self.stem(x))
+        for b in self.blocks:
+            y = b(y)
+        return self.fc(F.adaptive_avg_pool2d(y, 1).flatten(1))
+
+    @staticmethod
+    def example():
+        return (torch.randn(1, 1, 49, 10),)

@@ -225,6 +225,8 @@ def cmd_verify(args) -> int:
         )
         if npu == "tosa" and not args.npu and model_unsupported(pte):
             print(f"  (the {which} NPU model does not run it: {model_unsupported(pte)})")
+        if args.on == "m55":
+            _verify_on_m55(args, pte)
         result = api.verify(
             args.pte, inputs=inputs, n=args.n, npu=args.npu, lsb_budget=args.lsb_budget
         )
@@ -234,6 +236,31 @@ def cmd_verify(args) -> int:
     if not result.passed:
         raise CheckFailed("; ".join(result.failures()))
     return 0
+
+
+def _verify_on_m55(args, pte: bytes) -> None:
+    """``verify --on m55``: the program in a Cortex-M55 image under QEMU, bit-exact to the host
+    run; the pools measured there go into the report's memory plan."""
+    import json
+
+    from ethosu_ng import api
+    from ethosu_ng.tools import firmware
+
+    try:
+        res = firmware.verify_on_m55(pte, args.executorch_src, n=args.n, timeout_s=args.timeout)
+    except firmware.FirmwareError as e:
+        raise CheckFailed(f"--on m55: {e}") from None
+    print(res)
+    report = api.report_path(args.pte)
+    if os.path.exists(report):
+        with open(report) as f:
+            rep = json.load(f)
+        rep["memory_plan"] = res.plan
+        with open(report, "w") as f:
+            json.dump(rep, f, indent=1)
+        print(f"memory plan in {report}: pools measured on the Cortex-M55")
+    if not res.passed:
+        raise CheckFailed("--on m55: " + "; ".join(res.mismatches or ["a pool one byte short ran"]))
 
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1 << 20, "mib": 1 << 20}
@@ -271,6 +298,13 @@ def _non_negative_float(text: str) -> float:
         v = float("nan")
     if not v >= 0 or v == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number >= 0")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    v = _non_negative_float(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number > 0")
     return v
 
 
@@ -408,6 +442,28 @@ def build_parser() -> argparse.ArgumentParser:
         "(default; Ethos-U85 programs default to tosa), the embedded TOSA graph on the "
         "reference model, or both (model results, plus the largest model-vs-TOSA difference "
         "per output)",
+    )
+    v.add_argument(
+        "--on",
+        choices=["host", "m55"],
+        default="host",
+        help="m55: also build a Cortex-M55 image for the program (cached) and run it under "
+        "qemu-system-arm -M mps3-an547 with the NPU model in place of the NPU: outputs "
+        "bit-exact to the host run, pools measured on the target (docs/deploying.md)",
+    )
+    v.add_argument(
+        "--executorch-src",
+        metavar="DIR",
+        default=None,
+        help="with --on m55: the ExecuTorch source tree (or .tar.gz) the image's runtime is "
+        "built from (default: the repository's ../shared/vendor copy)",
+    )
+    v.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=120.0,
+        metavar="S",
+        help="with --on m55: seconds one QEMU run may take (default 120)",
     )
     v.set_defaults(func=cmd_verify)
     return ap

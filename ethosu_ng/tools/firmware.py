@@ -80,6 +80,7 @@ class Run:
     outputs: List[List[bytes]] = field(default_factory=list)
     pools: Dict[str, Tuple[int, int]] = field(default_factory=dict)
     npu_invocations: int = 0
+    npu_model_arena: Tuple[int, int] = (0, 0)  # the NPU model's working memory: used, size
     error: Optional[str] = None  # the runner's ERROR / FAULT / ABORT line, None when OK
     exit_code: int = 0
     log: str = ""
@@ -112,7 +113,19 @@ def check_tools() -> None:
         raise FirmwareError(f"{FIRMWARE_DIR}: the firmware sources are not there")
 
 
+_cache_root: Optional[Path] = None
+
+
+def set_cache_root(path: Optional[os.PathLike]) -> None:
+    """Build trees and unpacked sources go under ``path`` (None: the default, under
+    ``$XDG_CACHE_HOME`` or ``~/.cache``)."""
+    global _cache_root
+    _cache_root = Path(path) if path is not None else None
+
+
 def cache_root() -> Path:
+    if _cache_root is not None:
+        return _cache_root
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "ethosu_ng" / "firmware"
 
@@ -258,14 +271,15 @@ def generate_kernels(et: Path, operators: Sequence[str], out_dir: Path) -> List[
 
 # ------------------------------------------------------------------ build
 def build_dir(et: Path) -> Path:
-    """One build tree per ExecuTorch tree and state of our sources (runtime, firmware)."""
-    ours = _tree_fingerprint(REPO, ["firmware", "runtime/ethosu_ng", "CMakeLists.txt", "cmake"])
-    theirs = _tree_fingerprint(et, ["runtime", "kernels", "schema", "codegen", "extension"])
-    return cache_root() / f"build-{ours}-{theirs}"
+    """One build tree per ExecuTorch tree; ninja rebuilds what changed in it (our sources
+    included) and nothing else."""
+    return cache_root() / f"build-{_tree_fingerprint(et, ['runtime', 'kernels', 'schema'])}"
 
 
-def _image_name(pte: bytes, omit: Sequence[str]) -> str:
+def _image_name(pte: bytes, plan: Dict, omit: Sequence[str]) -> str:
     h = hashlib.sha256(pte)
+    pools = (plan["planned_arenas"], plan["temp_allocator"], plan["method_allocator"])
+    h.update(repr(pools).encode())
     for op in sorted(omit):
         h.update(b"\0omit:" + op.encode())
     return "m_" + h.hexdigest()[:16]
@@ -299,7 +313,7 @@ def build_image(
         raise FirmwareError(
             f"memory plan has no method allocator size ({plan.get('method_allocator_note')})"
         )
-    name = _image_name(pte, omit_kernels)
+    name = _image_name(pte, plan, omit_kernels)
     build = build_dir(et)
     t0 = time.monotonic()
     with _lock(build / ".lock"):
@@ -323,7 +337,7 @@ def build_image(
         )
         if not images.exists() or images.read_text() != listing:
             images.write_text(listing)
-        cached = elf.exists()
+        before = elf.stat().st_mtime_ns if elf.exists() else None
         cmake = _cmake()
         if not (build / "build.ninja").exists() and not (build / "Makefile").exists():
             gen = ["-G", "Ninja"] if shutil.which("ninja") else []
@@ -358,7 +372,7 @@ def build_image(
             ],
             log,
         )
-        cached = cached and time.monotonic() - t0 < 5
+        cached = before is not None and elf.stat().st_mtime_ns == before
     return Image(
         name=name,
         elf=elf,
@@ -391,6 +405,7 @@ def section_sizes(elf: Path) -> Dict[str, int]:
         "pte": sec.get(".pte", 0),
         "pools": sec.get(".pools", 0),
         "other_ram": sec.get(".bss", 0),
+        "npu_model_arena": sec.get(".npu_model_arena", 0),
     }
 
 
@@ -500,6 +515,10 @@ def parse_run(log: str, exit_code: int) -> Run:
         m = re.fullmatch(r"pool (\w+) used (\d+) given (\d+) size (\d+)", body)
         if m:
             run.pools[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+            continue
+        m = re.fullmatch(r"npu_model_arena used (\d+) size (\d+)", body)
+        if m:
+            run.npu_model_arena = (int(m.group(1)), int(m.group(2)))
             continue
         m = re.fullmatch(r"runs \d+ npu_invocations (\d+)", body)
         if m:

@@ -4,7 +4,16 @@
 // real command stream through the same delegate and ExecuTorch runtime as a
 // device, with only the NPU replaced. Each invocation is counted and a model
 // error is printed, so the runner can report both.
+//
+// The model's working memory (SHRAM, feature maps, decoded weights: its
+// std::vectors) comes from a fixed arena of ETHOSU_NG_NPU_MODEL_ARENA_BYTES,
+// through operator new (nothing else in the image uses it: the delegate
+// library is checked to have no heap references), emptied after every
+// invocation; its high-water mark is reported. Running out ends the run
+// with an ERROR line naming the arena, not a fault.
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 
 #include <ethosu_ng/ethosu_driver_decls.h>
 #include <ethosu_ng/npu_model/npu_model.h>
@@ -13,13 +22,58 @@ struct ethosu_driver {
   bool reserved;
 };
 
+#ifndef ETHOSU_NG_NPU_MODEL_ARENA_BYTES
+#define ETHOSU_NG_NPU_MODEL_ARENA_BYTES (16u << 20)
+#endif
+
 namespace {
 ethosu_driver g_driver{false};
 unsigned long g_invocations = 0;
+
+__attribute__((aligned(16), section(".bss.ethosu_ng_npu_model_arena")))
+uint8_t g_arena[ETHOSU_NG_NPU_MODEL_ARENA_BYTES];
+size_t g_arena_used = 0;
+size_t g_arena_peak = 0;
+
+void* arena_allocate(size_t n) {
+  const size_t start = (g_arena_used + 15u) & ~size_t{15};
+  if (start > sizeof(g_arena) || n > sizeof(g_arena) - start) {
+    std::printf(
+        "ethosu_ng_fw: ERROR NPU model working memory exhausted: %lu bytes asked with %lu of "
+        "ETHOSU_NG_NPU_MODEL_ARENA_BYTES=%lu in use\n",
+        static_cast<unsigned long>(n),
+        static_cast<unsigned long>(g_arena_used),
+        static_cast<unsigned long>(sizeof(g_arena)));
+    std::fflush(stdout);
+    std::_Exit(1);
+  }
+  g_arena_used = start + n;
+  if (g_arena_used > g_arena_peak) {
+    g_arena_peak = g_arena_used;
+  }
+  return g_arena + start;
+}
 } // namespace
+
+void* operator new(size_t n) {
+  return arena_allocate(n);
+}
+void* operator new[](size_t n) {
+  return arena_allocate(n);
+}
+// Freed all at once after each invocation.
+void operator delete(void*) noexcept {}
+void operator delete[](void*) noexcept {}
+void operator delete(void*, size_t) noexcept {}
+void operator delete[](void*, size_t) noexcept {}
 
 extern "C" unsigned long ethosu_ng_fw_npu_invocations(void) {
   return g_invocations;
+}
+
+extern "C" void ethosu_ng_fw_npu_model_arena(unsigned long* peak, unsigned long* size) {
+  *peak = g_arena_peak;
+  *size = sizeof(g_arena);
 }
 
 extern "C" struct ethosu_driver* ethosu_reserve_driver(void) {
@@ -68,6 +122,7 @@ extern "C" int ethosu_invoke_v3(
       msg,
       sizeof(msg),
       &stats);
+  g_arena_used = 0; // the model's vectors died with run_payload
   if (e != m::Error::Ok) {
     std::printf("ethosu_ng_fw: NPU model error %d: %s\n", static_cast<int>(e), msg);
     return -1;

@@ -48,6 +48,7 @@ using executorch::runtime::Result;
 using executorch::runtime::Span;
 
 extern "C" unsigned long ethosu_ng_fw_npu_invocations(void);
+extern "C" void ethosu_ng_fw_npu_model_arena(unsigned long* peak, unsigned long* size);
 
 namespace {
 
@@ -362,6 +363,10 @@ int run() {
     // The planned arenas are used as planned: their high-water mark is their size.
     print_pool(g_arenas[k].name, g_arenas[k].given, g_arenas[k].given, g_arenas[k].size);
   }
+  unsigned long model_peak = 0, model_size = 0;
+  ethosu_ng_fw_npu_model_arena(&model_peak, &model_size);
+  // The NPU model's working memory: not a pool of the plan (a device has the NPU instead).
+  std::printf("ethosu_ng_fw: npu_model_arena used %lu size %lu\n", model_peak, model_size);
   std::printf("ethosu_ng_fw: runs %lu npu_invocations %lu\n", runs, ethosu_ng_fw_npu_invocations());
   std::printf("ethosu_ng_fw: OK\n");
   return 0;
