@@ -29,6 +29,10 @@ DTYPES = {"int8": torch.int8, "uint8": torch.uint8}
 _NO_KERNEL_NEEDED = frozenset({"executorch_prim::et_view.default"})
 
 
+class ProgramWarning(UserWarning):
+    """Something the user should know about the program, which does not stop the command."""
+
+
 class NotAProgramError(ValueError):
     """A file given as a .pte is not an ExecuTorch program."""
 
@@ -459,7 +463,7 @@ def compile(  # noqa: A001 - the verb of the command line
         )
         if not allow_missing_kernels:
             raise MissingKernelError(msg + " (allow_missing_kernels / --allow-missing-kernels)")
-        warnings.warn(msg, stacklevel=2)
+        warnings.warn(msg, ProgramWarning, stacklevel=2)
     rep["missing_host_kernels"] = missing
     rep["memory_plan"] = stage("memory plan", memory_plan, pte)
     rep["totals"]["pte_bytes"] = len(pte)
@@ -547,6 +551,7 @@ def report(pte) -> Report:
             warnings.warn(
                 f"{side} was not written for {path} as it is now (SHA-256 differs): ignored; "
                 "reporting what the .pte carries",
+                ProgramWarning,
                 stacklevel=2,
             )
     return Report(from_pte(data))

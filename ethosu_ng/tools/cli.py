@@ -8,6 +8,7 @@ ethosu-ng verify mobilenetv2.pte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import logging
 import os
@@ -132,20 +133,21 @@ def cmd_compile(args) -> int:
     backend_log.setLevel(logging.INFO)
     backend_log.propagate = False
     try:
-        result = api.compile(
-            args.model,
-            target=args.target,
-            input_dtype=args.input_dtype,
-            output_dtype=args.output_dtype,
-            input_layout=args.input_layout,
-            output_layout=args.output_layout,
-            cpu_ops=args.cpu_op or (),
-            calibration=calibration,
-            seed=args.seed,
-            allow_missing_kernels=args.allow_missing_kernels,
-            stage=stages.run,
-            **spec_options,
-        )
+        with _program_warnings():
+            result = api.compile(
+                args.model,
+                target=args.target,
+                input_dtype=args.input_dtype,
+                output_dtype=args.output_dtype,
+                input_layout=args.input_layout,
+                output_layout=args.output_layout,
+                cpu_ops=args.cpu_op or (),
+                calibration=calibration,
+                seed=args.seed,
+                allow_missing_kernels=args.allow_missing_kernels,
+                stage=stages.run,
+                **spec_options,
+            )
     except (LayoutError, api.MissingKernelError) as e:
         raise CliError(str(e)) from None
     finally:
@@ -160,18 +162,30 @@ def cmd_compile(args) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _program_warnings():
+    """What ethosu_ng warns about the program, as ``ethosu-ng: warning:`` lines."""
+    from ethosu_ng.api import ProgramWarning
+
+    def show(message, category, *args, **kwargs):
+        if issubclass(category, ProgramWarning):
+            print(f"ethosu-ng: warning: {message}", file=sys.stderr, flush=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ProgramWarning)
+        warnings.showwarning = show
+        yield
+
+
 def cmd_report(args) -> int:
     from ethosu_ng import api
     from ethosu_ng.tools import html_report
 
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with _program_warnings():
             rep = api.report(args.file)
     except (FileNotFoundError, api.NotAProgramError) as e:
         raise CliError(str(e)) from None
-    for w in caught:
-        print(f"ethosu-ng: warning: {w.message}", file=sys.stderr)
     print(rep.summary())
     if args.by_module:
         from ethosu_ng.module_profile import format_table
