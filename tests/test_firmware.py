@@ -57,8 +57,9 @@ def _check_bit_exact(pte: bytes, n: int = 3) -> firmware.M55Result:
     return res
 
 
-@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u65-256"])
-@pytest.mark.parametrize("model", ["kws", "cnn"])
+@pytest.mark.parametrize(
+    "model, target", [("cnn", "ethos-u55-128"), ("kws", "ethos-u65-256"), ("cnn", "ethos-u65-256")]
+)
 def test_program_in_the_image_is_bit_exact_to_the_host(model, target):
     pte = _program(model, target)
     res = _check_bit_exact(pte)
@@ -72,6 +73,30 @@ def test_program_in_the_image_is_bit_exact_to_the_host(model, target):
     # The 32-bit target needs less method-allocator memory than the 64-bit host measured.
     assert res.plan["method_allocator"] < res.plan["method_allocator_host"]
     assert res.plan["measured_on"] == "cortex-m55"
+
+
+def test_deploying_md_from_compile_to_a_running_image(tmp_path, capsys):
+    """docs/deploying.md, "Running on a Cortex-M55": the keyword-spotting model for U55 from
+    `ethosu-ng compile` to `ethosu-ng verify --on m55`."""
+    import json
+    import os
+
+    from ethosu_ng.tools import cli
+
+    pte = str(tmp_path / "kws.pte")
+    kws = os.path.join(os.path.dirname(__file__), "data", "kws.py")
+    args = ["--target", "ethos-u55-128", "--input-dtype", "uint8", "--output-dtype", "int8"]
+    assert cli.main(["compile", f"{kws}:make", *args, "-o", pte, "--emit-c", str(tmp_path)]) == 0
+    assert (tmp_path / "kws.h").exists() and (tmp_path / "kws.c").exists()
+    capsys.readouterr()
+    assert cli.main(["verify", pte, "--on", "m55", "-n", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "3 input set(s), bit-exact to the host run" in out, out
+    assert "one byte less: method: ERROR load_method" in out, out
+    with open(str(tmp_path / "kws.report.json")) as f:
+        plan = json.load(f)["memory_plan"]
+    assert plan["measured_on"] == "cortex-m55"
+    assert plan["method_allocator"] < plan["method_allocator_host"]
 
 
 def test_split_program_with_cpu_ops_between_two_delegates():
