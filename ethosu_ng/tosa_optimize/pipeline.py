@@ -24,6 +24,7 @@ from ethosu_ng.tosa_optimize.rewrites.drop_identity_data_movement import DropIde
 from ethosu_ng.tosa_optimize.rewrites.fuse_transpose_chain import FuseTransposeChain
 from ethosu_ng.tosa_optimize.rewrites.merge_reshapes import MergeReshapes
 from ethosu_ng.tosa_optimize.rewrites.sink_transpose_to_cancel import SinkTransposeToCancel
+from ethosu_ng.tosa_optimize.rewrites.split_shared_rescale import SplitSharedRescale
 from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import (
     UnitDimTransposeToReshape,
 )
@@ -39,7 +40,10 @@ REWRITES: Tuple[type, ...] = (
     DropIdentityDataMovement,
     CollapseTransposeRank,
     DecomposeTranspose,
+    SplitSharedRescale,
 )
+# The rewrites that take standalone RESCALEs away (bench/rescale_cycles.py turns them off).
+RESCALE_REWRITES: Tuple[type, ...] = (SplitSharedRescale,)
 MAX_ROUNDS = 64
 
 

@@ -1,0 +1,179 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Standalone RESCALE cycles and total NPU cycles: upstream, ours without the rescale rewrites,
+ours (every TOSA rewrite), per model and target.
+
+Each model is quantized once and saved (as ``compare_upstream.py`` does); upstream lowers it in a
+spawned child (its Vela figures from the TOSA it hands to Vela), ours lowers it once in another
+with the TOSA rewrites off, keeping upstream's lowering of each partition; the parent then runs
+our TOSA rewrites on those graphs with and without the rescale rewrites and compiles each with
+Vela (what the compile pipeline does: ``tosa_optimize.optimize`` then Vela). "Rescale" is the NPU
+cycles of Vela layers whose TOSA operator is a RESCALE (``module_profile.data_movement``).
+Results are appended to ``--out`` (JSON lines) and a model/target already there is not run again.
+
+    OMP_NUM_THREADS=1 python bench/rescale_cycles.py timm:poolformerv2_s12 \
+        --targets ethos-u85-256 ethos-u55-128 --out bench/results/rescale_cycles.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+
+OURS_TOSA = "ours, TOSA kept"
+
+
+def _ours_tosa_child(which, program_path, target, force_cpu, queue):
+    """Our lowering with the TOSA rewrites off; each partition's TOSA as upstream lowered it."""
+    try:
+        from executorch.exir import to_edge_transform_and_lower
+
+        import ethosu_ng.ops  # noqa: F401 - the quantized_decomposed ops the program calls
+        from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, EthosUNGPartitioner
+
+        ep = torch.export.load(program_path)
+        spec = EthosUNGCompileSpec(
+            target, embed_tosa=True, tosa_optimize=False, verify_lowering=False, verify_npu=False
+        )
+        edge = to_edge_transform_and_lower(
+            ep, partitioner=[EthosUNGPartitioner(spec, cpu_ops=force_cpu)]
+        )
+        gm = edge.exported_program().graph_module
+        tosas = [
+            DelegateBlob.from_bytes(getattr(gm, n).processed_bytes).tosa
+            for n in gm._modules
+            if n.startswith("lowered_module")
+        ]
+        queue.put(("ok", tosas))
+    except BaseException as e:  # report, never hang the parent
+        queue.put(
+            ("error", f"{type(e).__name__}: {str(e).splitlines()[0][:160] if e.args else ''}")
+        )
+
+
+def vela_cycles(tosas, target):
+    """(total NPU cycles, standalone RESCALE NPU cycles, standalone RESCALE layers)."""
+    from ethosu_ng import EthosUNGCompileSpec, module_profile
+    from ethosu_ng.compiler.tosa_graph import tosa_ops
+    from ethosu_ng.vela.compiler import compile_tosa
+
+    total, layers = 0, []
+    for k, tosa in enumerate(tosas):
+        r = compile_tosa(tosa, EthosUNGCompileSpec(target), f"p{k}")
+        total += int(float(r.summary["cycles_npu"]))
+        layers += module_profile.attribute(r.layers, tosa_ops(tosa), [])
+    rescale = [x for x in layers if x.get("data_movement_kind") == module_profile.RESCALE_KIND]
+    return total, sum(int(x.get("npu_cycles") or 0) for x in rescale), len(rescale)
+
+
+def measure(model_spec, target, calibration, timeout, keep_tosa=None):
+    from compare_upstream import load, run_isolated
+
+    from ethosu_ng import EthosUNGCompileSpec
+    from ethosu_ng.export import quantize
+    from ethosu_ng.tosa_optimize.pipeline import RESCALE_REWRITES, optimize
+
+    model, x, force = load(model_spec)
+    g = torch.Generator().manual_seed(1)
+    calib = [tuple(torch.randn(t.shape, generator=g) for t in x) for _ in range(calibration)]
+    q = quantize(model, x, EthosUNGCompileSpec(target), calibration=calib)
+    out = {"model": model_spec, "target": target}
+    with tempfile.TemporaryDirectory(prefix="rescale_cycles_") as tmp:
+        path = os.path.join(tmp, "program.pt2")
+        torch.export.save(torch.export.export(q, x), path)
+        status, up = run_isolated("upstream", path, target, force, timeout)
+        if status == "ok":
+            rescale = up["data_movement_by_op"].get("Rescale", 0)
+            out["upstream"] = {"cycles": int(up["cycles"]), "rescale": int(rescale)}
+        else:
+            out["upstream"] = {"error": up}
+        status, tosas = run_isolated(OURS_TOSA, path, target, force, timeout, _ours_tosa_child)
+    if status != "ok":
+        out["error"] = tosas
+        return out
+    if keep_tosa:  # upstream's lowering of each partition, for looking at the graphs later
+        os.makedirs(keep_tosa, exist_ok=True)
+        for k, t in enumerate(tosas):
+            name = f"{model_spec.replace(':', '_').replace('/', '_')}_{target}_{k}.tosa"
+            with open(os.path.join(keep_tosa, name), "wb") as f:
+                f.write(t)
+    for label, disabled in (("ours_no_rescale_rewrites", RESCALE_REWRITES), ("ours", ())):
+        graphs = [optimize(t, disabled=disabled).tosa for t in tosas]
+        cycles, rescale, n = vela_cycles(graphs, target)
+        out[label] = {"cycles": cycles, "rescale": rescale, "rescale_layers": n}
+    return out
+
+
+def _fmt(r, key):
+    if "error" in r:
+        return r["error"][:60]
+    return f"{r[key]:,}"
+
+
+def table(results):
+    lines = [
+        "| model | target | Rescale cycles upstream | ours, rescale rewrites off | ours | "
+        "ours/upstream | NPU cycles upstream | ours, rescale rewrites off | ours |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['target']} | {r['error']} |" + " |" * 6)
+            continue
+        up, off, on = r["upstream"], r["ours_no_rescale_rewrites"], r["ours"]
+        ratio = (
+            f"{on['rescale'] / up['rescale']:.3f}" if "error" not in up and up["rescale"] else "-"
+        )
+        lines.append(
+            f"| {r['model']} | {r['target']} | {_fmt(up, 'rescale')} | {off['rescale']:,} | "
+            f"{on['rescale']:,} | {ratio} | {_fmt(up, 'cycles')} | {off['cycles']:,} | "
+            f"{on['cycles']:,} |"
+        )
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--targets", nargs="+", default=["ethos-u85-256", "ethos-u55-128"])
+    ap.add_argument("--calibration", type=int, default=2)
+    ap.add_argument("--timeout", type=int, default=3600)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "rescale_cycles.jsonl"))
+    ap.add_argument("--keep-tosa", metavar="DIR", help="write each partition's TOSA here")
+    ap.add_argument("--table", action="store_true", help="print the table of --out and exit")
+    args = ap.parse_args()
+
+    done = []
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            done = [json.loads(line) for line in f if line.strip()]
+    if not args.table:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        for model in args.models:
+            for target in args.targets:
+                if any(r["model"] == model and r["target"] == target for r in done):
+                    continue
+                t0 = time.time()
+                r = measure(model, target, args.calibration, args.timeout, args.keep_tosa)
+                r["seconds"] = round(time.time() - t0, 1)
+                done.append(r)
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(r) + "\n")
+                print(json.dumps(r), flush=True)
+    wanted = [r for r in done if r["model"] in args.models and r["target"] in args.targets]
+    print(table(wanted))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: Apache-2.0
+"""RESCALE parameters as the rescale rewrites and the rescale report read them, and which
+consumers Vela 5.1 folds an operand RESCALE into.
+
+A TOSA RESCALE reads ``[x, multiplier, shift, input_zp, output_zp]``: it computes
+``((x - input_zp) * multiplier + round) >> shift + output_zp``, clamped to the output type.
+Vela (``GraphIrOptimiser::FuseRescale``, regor) folds a RESCALE into the operator that reads its
+output (the operand scale of an elementwise ADD/SUB/MUL) or into the one that writes its input
+(the output scale of a convolution, pooling, elementwise operator ...) only if the tensor it
+folds away has one reader and one writer; for a binary operator both operands must fold, or
+neither (measured with Vela on small graphs: tests/test_rescale_rewrites.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+
+from ethosu_ng.tosa_optimize.graph import Graph, Operator
+
+# Elementwise binary operators whose int32 operands Vela takes from an 8/16-bit tensor with the
+# operand RESCALE folded into the operation: ADD/SUB with any per-tensor operand scale (U85;
+# U55/U65 in the forms upstream emits), MUL only with a unit operand scale (no input scaling).
+OPERAND_SCALING = {"ADD": "any", "SUB": "any", "MUL": "unit"}
+NARROW = ("INT8", "INT16")
+
+
+@dataclass(frozen=True)
+class Rescale:
+    """One RESCALE's parameters (``multiplier``/``shift`` per channel or of length 1)."""
+
+    op: Operator
+    in_dtype: str
+    out_dtype: str
+    multiplier: Tuple[int, ...]
+    shift: Tuple[int, ...]
+    input_zp: int
+    output_zp: int
+
+    @property
+    def per_channel(self) -> bool:
+        return bool(self.op.attr.get("per_channel"))
+
+    @property
+    def unsigned(self) -> bool:
+        return bool(self.op.attr.get("input_unsigned") or self.op.attr.get("output_unsigned"))
+
+    @property
+    def is_unit_scale(self) -> bool:
+        return all(reduce_scale(m, s) == (1, 0) for m, s in zip(self.multiplier, self.shift))
+
+
+def reduce_scale(multiplier: int, shift: int) -> Tuple[int, int]:
+    """``multiplier / 2**shift`` with the common powers of two removed."""
+    m, s = int(multiplier), int(shift)
+    if m == 0:
+        return 0, 0
+    while m % 2 == 0 and s > 0:
+        m //= 2
+        s -= 1
+    return m, s
+
+
+def _scalar(graph: Graph, name: str) -> Optional[int]:
+    arr = graph.const_array(name)
+    if arr is None or arr.size != 1:
+        return None
+    return int(np.asarray(arr).ravel()[0])
+
+
+def read_rescale(graph: Graph, op: Operator) -> Optional[Rescale]:
+    """The parameters of a RESCALE whose parameters are constants; None otherwise."""
+    if op.op != "RESCALE" or len(op.inputs) != 5:
+        return None
+    mult, shift = graph.const_array(op.inputs[1]), graph.const_array(op.inputs[2])
+    izp, ozp = _scalar(graph, op.inputs[3]), _scalar(graph, op.inputs[4])
+    if mult is None or shift is None or izp is None or ozp is None:
+        return None
+    return Rescale(
+        op,
+        graph.tensors[op.inputs[0]].dtype,
+        graph.tensors[op.outputs[0]].dtype,
+        tuple(int(v) for v in np.ravel(mult)),
+        tuple(int(v) for v in np.ravel(shift)),
+        izp,
+        ozp,
+    )
+
+
+def is_operand_rescale(r: Optional[Rescale]) -> bool:
+    """An 8/16-bit -> int32 per-tensor RESCALE of the kind upstream puts before an elementwise
+    operator (signed, output zero point 0)."""
+    return (
+        r is not None
+        and r.in_dtype in NARROW
+        and r.out_dtype == "INT32"
+        and not r.per_channel
+        and not r.unsigned
+        and r.output_zp == 0
+    )
+
+
+def absorbs_operand(consumer: Operator, r: Optional[Rescale]) -> bool:
+    """Vela folds ``r`` into ``consumer`` as an operand scale, given ``r``'s output has no
+    other reader (and, for a binary operator, the other operand folds too)."""
+    kind = OPERAND_SCALING.get(consumer.op)
+    if kind is None or not is_operand_rescale(r):
+        return False
+    return kind == "any" or r.is_unit_scale
