@@ -1,8 +1,10 @@
-"""Host time per inference and MAC/s of the Ethos-U55/U65 NPU model (runtime/ethosu_ng/npu_model).
+"""Host time per inference and MAC/s of the Ethos-U55/U65/U85 NPU model (npu_model/).
 
     python bench/npu_model.py                       # the small models of tests/npu_models.py
     python bench/npu_model.py timm:mobilenetv2_100 --target ethos-u65-256 --repeat 3
-    python bench/npu_model.py --zoo [--target T]     # the zoo models of bench/zoo_table.py
+    python bench/npu_model.py timm:deit_tiny_patch16_224 timm:resnet18 \
+        --target ethos-u55-128 ethos-u85-256          # U55 and U85 side by side
+    python bench/npu_model.py --zoo [--target T ...] # the zoo models of bench/zoo_table.py
 
 Each model is quantized and lowered through the real pipeline (Vela), then every delegate's
 driver payload is run on the NPU model directly (``ethosu_ng.runtime.npu_model_run``, inputs of
@@ -89,7 +91,7 @@ def bench(spec: str, target: str, repeat: int) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", default=None)
-    ap.add_argument("--target", default="ethos-u55-128")
+    ap.add_argument("--target", nargs="+", default=["ethos-u55-128"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--zoo", action="store_true", help="the zoo models (bench/zoo_table.py)")
     args = ap.parse_args(argv)
@@ -103,10 +105,11 @@ def main(argv=None) -> None:
     print("| model | target | delegates | NPU kernels | MACs | host time / inference | MAC/s |")
     print("|---|---|---|---|---|---|---|")
     for spec in args.models:
-        try:
-            print(bench(spec, args.target, args.repeat), flush=True)
-        except Exception as e:  # noqa: BLE001 - one failing model does not end the table
-            print(f"| {spec} | {args.target} | failed: {type(e).__name__}: {str(e)[:160]} |||||")
+        for target in args.target:
+            try:
+                print(bench(spec, target, args.repeat), flush=True)
+            except Exception as e:  # noqa: BLE001 - one failing model does not end the table
+                print(f"| {spec} | {target} | failed: {type(e).__name__}: {str(e)[:200]} |||||")
 
 
 if __name__ == "__main__":

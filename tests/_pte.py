@@ -43,16 +43,18 @@ def assert_pte_carries(delegates, pte: bytes) -> None:
         assert [(s.dtype, tuple(s.shape)) for s in blob.outputs] == outs, k
 
 
-# Targets whose command streams the NPU model executes (runtime.MODEL_PRODUCTS: U55, U65).
+# Targets whose command streams the NPU model executes whatever they use (U55, U65); on Ethos-U85
+# it runs the programs whose streams it implements (runtime.model_unsupported).
 NPU_MODEL_TARGETS = ("ethos-u55", "ethos-u65")
 
 
 class CrossCheckedMethod:
     """A .pte's method run on every NPU path the host has for it, asserting they agree bit for bit.
 
-    The TOSA reference model always (the .pte needs ``embed_tosa=True``); the Ethos-U55/U65 NPU
-    model as well for a program compiled for ``target`` in ``NPU_MODEL_TARGETS``, which
-    ``runtime.default_npu_for`` must agree with (so the model check cannot silently not run).
+    The TOSA reference model always (the .pte needs ``embed_tosa=True``); the NPU model as well
+    where ``runtime.default_npu_for`` picks it: always for a program compiled for a target in
+    ``NPU_MODEL_TARGETS`` (asserted, so the model check cannot silently not run), and for an
+    Ethos-U85 program whose streams the model implements.
     Each path runs its own loaded copy of the program, so state buffers advance once per step on
     each. The model runs last (``runtime.npu_model_stats()`` then describes its run);
     ``execute`` returns its outputs where it ran, else the TOSA ones.
@@ -61,11 +63,10 @@ class CrossCheckedMethod:
     def __init__(self, pte: bytes, target: str, method: str = "forward"):
         from ethosu_ng.runtime import default_npu_for, load_pte
 
-        self.runs_npu_model = target.startswith(NPU_MODEL_TARGETS)
         default = default_npu_for(pte)
-        assert default == ("model" if self.runs_npu_model else "tosa"), (
-            f"a {target} program defaults to npu={default!r}"
-        )
+        self.runs_npu_model = default == "model"
+        if target.startswith(NPU_MODEL_TARGETS):
+            assert self.runs_npu_model, f"a {target} program defaults to npu={default!r}"
         npus = ["tosa"] + (["model"] if self.runs_npu_model else [])
         self.paths = {npu: load_pte(pte).method(method) for npu in npus}
 

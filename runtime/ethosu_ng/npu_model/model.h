@@ -176,6 +176,7 @@ class Model {
   Error op_dma();
   // Ethos-U85 (u85_*.cpp).
   Error u85_conv(bool depthwise);
+  Error u85_matmul(FeatureMap& ifm, FeatureMap& ofm);
   Error u85_pool();
   Error u85_elementwise();
   Error u85_output_setup(FeatureMap& ofm);

@@ -120,8 +120,11 @@ Error Model::u85_conv(bool depthwise) {
   if (e != Error::Ok) {
     return e;
   }
-  if (!depthwise && (cmd_param_ & 1)) {
-    return fail(Error::NotSupported, "convolution with IFM2 as weights (matmul) not modelled");
+  if ((cmd_param_ & ~1u) != 0 || (depthwise && cmd_param_ != 0)) {
+    return fail(Error::InvalidProgram, "parameter 0x%04x: reserved bits", cmd_param_);
+  }
+  if (cmd_param_ & 1) {
+    return u85_matmul(ifm, ofm);
   }
   e = u85_chained_input(ifm, p0(SET_IFM_PRECISION));
   if (e != Error::Ok) {
@@ -395,6 +398,95 @@ Error Model::u85_conv(bool depthwise) {
       for (int c = 0; c < ofm.c; ++c) {
         e = u85_write_output(ofm, oy, ox, c,
                              scale_round(accv[c], scale[c], shift[c], ofm_round_));
+        if (e != Error::Ok) {
+          return e;
+        }
+      }
+    }
+  }
+  return Error::Ok;
+}
+
+// NPU_OP_CONV with weights_ifm2: a vector product with IFM2 as the weights,
+// how regor runs a TOSA MATMUL (graphir_optimiser RewriteMatmul: the
+// right-hand side transposed to rows of output channels, batches in the
+// height). OFM(y, x, oc) = sum_ic (IFM(y, x, ic) - zp) * (IFM2(y, oc, ic) -
+// zp2), a 1x1 kernel, no bias, then the global OFM_SCALE.
+Error Model::u85_matmul(FeatureMap& ifm, FeatureMap& ofm) {
+  FeatureMap ifm2;
+  Error e = feature_map(ifm2, true, false);
+  if (e != Error::Ok) {
+    return e;
+  }
+  e = u85_chained_input(ifm, p0(SET_IFM_PRECISION));
+  if (e != Error::Ok) {
+    return e;
+  }
+  e = u85_chained_input(ifm2, p0(SET_IFM2_PRECISION));
+  if (e != Error::Ok) {
+    return e;
+  }
+  const uint16_t ks = p0(SET_KERNEL_STRIDE);
+  if (p0(SET_KERNEL_HEIGHT_M1) != 0 || p0(SET_KERNEL_WIDTH_M1) != 0 || (ks & 0x25b) != 0 ||
+      p0(SET_IFM_PAD_TOP) || p0(SET_IFM_PAD_LEFT) || p0(SET_IFM_PAD_BOTTOM) ||
+      p0(SET_IFM_PAD_RIGHT) || p0(SET_IFM_UPSCALE)) {
+    return fail(Error::NotSupported,
+                "matmul (IFM2 as weights) with a kernel, stride, padding or upscaling not "
+                "modelled");
+  }
+  if (ifm.bits != 8 || ifm2.bits != 8) {
+    return fail(Error::NotSupported, "matmul with %d-bit / %d-bit inputs not modelled", ifm.bits,
+                ifm2.bits);
+  }
+  if (!((p0(SET_OFM_PRECISION) >> 8) & 1)) {
+    return fail(Error::NotSupported, "matmul with per-channel scales not modelled");
+  }
+  ifm.h = ofm.h;
+  ifm.w = ofm.w;
+  ifm.c = p0(SET_IFM_DEPTH_M1) + 1;
+  ifm2.h = ofm.h;
+  ifm2.w = ofm.c;
+  ifm2.c = ifm.c;
+  const uint64_t macs = static_cast<uint64_t>(ofm.h) * ofm.w * ofm.c * ifm.c;
+  if (macs > kMaxMacs || static_cast<uint64_t>(ofm.h) * ofm.w * ofm.c > kMaxElements ||
+      static_cast<uint64_t>(ifm2.h) * ifm2.w * ifm2.c > kMaxElements ||
+      static_cast<uint64_t>(ifm.h) * ifm.w * ifm.c > kMaxElements) {
+    return fail(Error::NotSupported, "matmul of %llu MACs exceeds the model's limit",
+                static_cast<unsigned long long>(macs));
+  }
+  e = u85_output_setup(ofm);
+  if (e != Error::Ok) {
+    return e;
+  }
+  const uint32_t scale = d1(SET_OFM_SCALE) & 0x7fffffffu;
+  const int shift = p1(SET_OFM_SCALE) & 0x3f;
+  if (ofm_round_ == kRoundExact && shift != 0) {
+    return fail(Error::NotSupported, "OFM rounding DOUBLE_SYMMETRIC with shift %d not modelled",
+                shift);
+  }
+  std::vector<int32_t> a, b;
+  e = read_dense(ifm, a);
+  if (e != Error::Ok) {
+    return e;
+  }
+  e = read_dense(ifm2, b);
+  if (e != Error::Ok) {
+    return e;
+  }
+  if (stats_) {
+    stats_->macs += macs;
+    ++stats_->ops;
+  }
+  for (int y = 0; y < ofm.h; ++y) {
+    for (int x = 0; x < ofm.w; ++x) {
+      const int32_t* pa = &a[(static_cast<size_t>(y) * ifm.w + x) * ifm.c];
+      for (int oc = 0; oc < ofm.c; ++oc) {
+        const int32_t* pb = &b[(static_cast<size_t>(y) * ifm2.w + oc) * ifm2.c];
+        int64_t acc = 0;
+        for (int ic = 0; ic < ifm.c; ++ic) {
+          acc += int64_t{pa[ic]} * pb[ic];
+        }
+        e = u85_write_output(ofm, y, x, oc, scale_round(acc, scale, shift, ofm_round_));
         if (e != Error::Ok) {
           return e;
         }
