@@ -21,6 +21,9 @@ Per method, the pools an ExecuTorch ``MemoryManager`` needs on the device:
   allocator while loading the method on the host the way firmware does (``Program::load`` +
   ``load_method`` over fixed pools, in ``libethosu_ng_host.so``). Host pointers are 8 bytes, so
   a 32-bit Cortex-M needs somewhat less; the figure is an upper bound there.
+  ``measured_on_target`` replaces it (and the temp allocator) with the high-water marks the
+  Cortex-M55 firmware image measures (``tools/firmware.py``, ``ethosu-ng verify --on m55``);
+  ``planned_arena_needs`` is where each arena's furthest tensor ends.
 
 ``run_with_pools`` runs a method with pools of given sizes (the host test of the plan: the
 reported sizes work, one byte less in the temp allocator fails).
@@ -71,6 +74,28 @@ def planned_arenas(pte: bytes, method: str = "forward") -> List[int]:
     """Bytes of each memory-planned buffer of ``method``, in mem_id order (1, 2, ...)."""
     plan = exir.pte_execution_plan(pte, method)
     return [int(s) for s in list(plan.non_const_buffer_sizes)[1:]]
+
+
+# Bytes per element of an ExecuTorch ScalarType code (runtime/core/portable_type/scalar_type.h).
+_ELEMENT_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2, 27: 2, 28: 4}
+
+
+def planned_arena_needs(pte: bytes, method: str = "forward") -> List[int]:
+    """Per planned arena, the end of the furthest tensor placed in it (offset + bytes): what the
+    runtime touches. ``planned_arenas`` (the program's ``non_const_buffer_sizes``) can be larger:
+    ExecuTorch's planner rounds each buffer up to its alignment."""
+    plan = exir.pte_execution_plan(pte, method)
+    need = [0] * (len(list(plan.non_const_buffer_sizes)) - 1)
+    for v in plan.values:
+        t = v.val
+        info = getattr(t, "allocation_info", None)
+        if info is None or not hasattr(t, "sizes") or info.memory_id < 1:
+            continue
+        offset = (info.memory_offset_high << 32) | info.memory_offset_low
+        nbytes = int(np.prod(t.sizes, dtype=np.int64)) * _ELEMENT_BYTES[int(t.scalar_type)]
+        k = info.memory_id - 1
+        need[k] = max(need[k], offset + nbytes)
+    return need
 
 
 def delegate_scratch(pte: bytes) -> List[Tuple[int, int]]:
@@ -171,6 +196,7 @@ def measured_on_target(plan: Dict[str, Any], used: Dict[str, int]) -> Dict[str, 
     out["method_allocator_note"] = TARGET_NOTE
     out["temp_allocator_host"] = plan["temp_allocator"]
     out["temp_allocator"] = int(used["temp"])
+    out["planned_arenas_need"] = [int(n) for n in used.get("arena_needs", [])]
     out["measured_on"] = "cortex-m55"
     return out
 

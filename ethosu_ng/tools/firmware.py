@@ -557,7 +557,11 @@ class M55Result:
             f"{self.image.build_seconds:.1f} s): code {s['code']:,} B, rodata {s['rodata']:,} B, "
             f".pte {s['pte']:,} B, pools {s['pools']:,} B",
             "  pools measured on the target: "
-            + ", ".join(f"{k} {v:,} B" for k, v in self.target_pools.items()),
+            + ", ".join(f"{k} {v:,} B" for k, v in self.target_pools.items())
+            + "".join(
+                f" (arena{k} touched up to {n:,} B)"
+                for k, n in enumerate(self.plan.get("planned_arenas_need", []))
+            ),
             "  one byte less: "
             + "; ".join(
                 f"{k}: {v or 'RAN (plan not tight)'}" for k, v in self.shrink_checks.items()
@@ -575,7 +579,8 @@ def host_outputs(pte: bytes, plan: Dict, inputs: Sequence[np.ndarray]) -> List[b
         pte,
         plan["planned_arenas"],
         plan["method_allocator"],
-        plan["temp_allocator"],
+        # The host registers no fast-scratch area: region 2 comes from the temp allocator.
+        plan["temp_allocator_without_fast_area"],
         inputs=[np.ascontiguousarray(a).view(np.uint8).reshape(-1) for a in inputs],
         npu="model",
     )
@@ -592,7 +597,7 @@ def verify_on_m55(
     """Build and run the image for ``pte`` on ``n`` random input sets (or ``inputs``), compare
     every output with the host run bit for bit, measure the pools on the target, and rerun with
     each pool exactly at its measured size and one byte smaller (which must fail)."""
-    from ethosu_ng.memory_plan import measured_on_target
+    from ethosu_ng.memory_plan import measured_on_target, planned_arena_needs
 
     pte = bytes(pte)
     image = build_image(pte, executorch_src)
@@ -608,9 +613,14 @@ def verify_on_m55(
             k = next((k for k in range(len(want)) if k >= len(got) or got[k] != want[k]), 0)
             mismatches.append(f"input set {r}, output {k}: image and host outputs differ")
     used = {k: u for k, (u, _) in run.pools.items()}
-    plan = measured_on_target(image.plan, used)
+    # A planned arena's need is where its furthest tensor ends (the program says; the run at
+    # exactly that size and one byte less below check it on the target).
+    needs = planned_arena_needs(pte)
+    plan = measured_on_target(image.plan, {**used, "arena_needs": needs})
     exact = {"method": plan["method_allocator"], "temp": plan["temp_allocator"]}
-    exact.update({f"arena{k}": a for k, a in enumerate(plan["planned_arenas"])})
+    if plan["fast_scratch"]:
+        exact["fast"] = plan["fast_scratch"]
+    exact.update({f"arena{k}": n for k, n in enumerate(needs)})
     first = sets[:1]
     at_size = run_image(image, first, pools=exact, timeout_s=timeout_s)
     if at_size.error or at_size.outputs[:1] != run.outputs[:1]:

@@ -8,7 +8,7 @@
 //   in=PATH        inputs, raw bytes: per run, input 0, input 1, ... each of
 //                  <NAME>_INPUT_k_SIZE bytes; as many runs as the file holds
 //                  (no file: one run on zero inputs)
-//   method=N temp=N arena<k>=N
+//   method=N temp=N fast=N arena<k>=N
 //                  give the allocator N bytes of its pool (at most the pool's
 //                  size; default the whole pool)
 //   pte_offset=N   load the program from a RAM copy N bytes past a 16-byte
@@ -28,6 +28,8 @@
 #include <executorch/runtime/executor/method.h>
 #include <executorch/runtime/executor/program.h>
 #include <executorch/runtime/platform/runtime.h>
+
+#include <ethosu_ng/backend.h>
 
 #include ETHOSU_NG_FW_MODEL_HEADER
 
@@ -64,6 +66,8 @@ static_assert(M(_PLANNED_ARENA_COUNT) <= kMaxArenas, "runner supports up to 4 pl
 
 FW_POOL(method_pool, M(_METHOD_ALLOCATOR_SIZE));
 FW_POOL(temp_pool, M(_TEMP_ALLOCATOR_SIZE));
+// Vela's region 2 (U65 Dedicated_Sram): a dedicated area, registered with the delegate.
+FW_POOL(fast_pool, M(_FAST_SCRATCH_SIZE));
 #if M(_PLANNED_ARENA_COUNT) > 0
 FW_POOL(arena_pool0, M(_PLANNED_ARENA_0_SIZE));
 #endif
@@ -100,6 +104,7 @@ Pool g_arenas[kMaxArenas] = {
 };
 Pool g_method = {"method", method_pool, M(_METHOD_ALLOCATOR_SIZE), M(_METHOD_ALLOCATOR_SIZE)};
 Pool g_temp = {"temp", temp_pool, M(_TEMP_ALLOCATOR_SIZE), M(_TEMP_ALLOCATOR_SIZE)};
+Pool g_fast = {"fast", fast_pool, M(_FAST_SCRATCH_SIZE), M(_FAST_SCRATCH_SIZE)};
 
 // RAM copy of the program for the pte_offset/flip diagnostics.
 __attribute__((aligned(16), section(".bss.ethosu_ng_diag"))) uint8_t g_pte_copy[M(_PTE_SIZE) + 16];
@@ -210,6 +215,8 @@ int run() {
         pool = &g_method;
       } else if (std::strcmp(arg, "temp") == 0) {
         pool = &g_temp;
+      } else if (std::strcmp(arg, "fast") == 0) {
+        pool = &g_fast;
       } else {
         for (size_t k = 0; k < M(_PLANNED_ARENA_COUNT); ++k) {
           if (std::strcmp(arg, g_arenas[k].name) == 0) {
@@ -242,6 +249,9 @@ int run() {
   }
 
   executorch::runtime::runtime_init();
+  if (g_fast.size > 0) {
+    ethosu_ng_set_fast_scratch(g_fast.base, g_fast.given);
+  }
   BufferDataLoader loader(pte, M(_PTE_SIZE));
   Result<Program> program = Program::load(&loader, Program::Verification::InternalConsistency);
   if (!program.ok()) {
@@ -359,6 +369,10 @@ int run() {
   }
   print_pool("method", method_alloc.peak(), g_method.given, g_method.size);
   print_pool("temp", temp_alloc.peak(), g_temp.given, g_temp.size);
+  if (g_fast.size > 0) {
+    // The delegate takes the whole fast scratch of a delegate that has one.
+    print_pool("fast", g_fast.given, g_fast.given, g_fast.size);
+  }
   for (size_t k = 0; k < M(_PLANNED_ARENA_COUNT); ++k) {
     // The planned arenas are used as planned: their high-water mark is their size.
     print_pool(g_arenas[k].name, g_arenas[k].given, g_arenas[k].given, g_arenas[k].size);
