@@ -699,6 +699,11 @@ def verify(
     classifier = False
     for batch in inputs:
         batch = tuple(batch) if isinstance(batch, (list, tuple)) else (batch,)
+        for k, (t, e) in enumerate(zip(batch, x)):
+            if tuple(t.shape) != tuple(e.shape):
+                raise ValueError(
+                    f"input {k} has shape {list(t.shape)}, the program takes {list(e.shape)}"
+                )
         if len(batch) != len(ioq.inputs):
             raise ValueError(
                 f"an input batch has {len(batch)} tensors, the program takes {len(ioq.inputs)}"

@@ -92,6 +92,7 @@ def sibling(work):
             ["'--optimize=Size'", "did you mean --optimise?"],
         ),
         (["--calibration", "0"], ["--calibration", "'0'"]),
+        (["--calibration-dir", "nope"], ["--calibration-dir nope: no such directory"]),
         (["--seed", "-3"], ["--seed"]),
         (["--input-layout", "hwc"], ["'hwc'", "nchw, nhwc"]),
         (["--input-layout", "nhwc,nhwc"], ["2 input layouts for 1 inputs"]),
@@ -179,6 +180,14 @@ def test_verify_beyond_its_budget_says_what_failed(sibling, monkeypatch, capsys)
         "ethosu-ng: error: output 0: 3.00 LSB from the eager quantized model, above the budget "
         "of 2 LSB"
     )
+
+
+def test_verify_inputs_of_the_wrong_shape(sibling, tmp_path):
+    import numpy as np
+
+    np.savez(tmp_path / "x.npz", x=np.zeros((1, 8, 8, 3), np.float32))  # HWC, not CHW
+    proc = cli("verify", sibling, "--inputs", tmp_path / "x.npz", cwd=tmp_path)
+    assert_clean_error(proc, "input 0 has shape [1, 8, 8, 3], the program takes [1, 3, 8, 8]")
 
 
 def test_verify_from_a_script(sibling):

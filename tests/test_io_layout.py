@@ -90,8 +90,11 @@ def test_report_names_a_costly_io_transpose_and_the_option(feature_maps):
     assert "transposing" not in format_text(nhwc.report)
 
 
-def test_header_says_the_layout(feature_maps, tmp_path):
+def test_header_and_html_say_the_layout(feature_maps, tmp_path):
+    from ethosu_ng.tools import html_report
+
     _, nhwc = feature_maps
+    assert "int8[1, 3, 32, 32] nhwc" in html_report.render(nhwc.report)
     h, _ = nhwc.save(str(tmp_path / "fm.pte"), emit_c=str(tmp_path / "c"))[2:]
     text = Path(h).read_text()
     assert "#define FM_INPUT_0_LAYOUT_NHWC 1" in text

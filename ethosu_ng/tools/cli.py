@@ -63,6 +63,8 @@ class _VelaProgress(logging.Handler):
 def _calibration_dir(directory: str, example) -> List[Tuple]:
     import torch
 
+    if not os.path.isdir(directory):
+        raise CliError(f"--calibration-dir {directory}: no such directory")
     files = sorted(
         glob.glob(os.path.join(directory, "*.pt")) + glob.glob(os.path.join(directory, "*.npy"))
     )

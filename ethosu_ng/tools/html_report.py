@@ -56,6 +56,7 @@ def render(r: Dict[str, Any]) -> str:
             return "<br>".join(
                 html.escape(
                     f"{s['dtype']}{s['shape']}"
+                    + (f" {s['layout']}" if s.get("layout") and len(s["shape"]) == 4 else "")
                     + (
                         f" s={s['scale']:.4g} zp={s['zero_point']}"
                         if s.get("scale") is not None
