@@ -165,3 +165,23 @@ def test_sensor_bytes_end_to_end(tmp_path):
     (p_out,) = ethosu_ng.io_quantization(result.edge).outputs
     lsb = (p_out.dequantize(got) - want).abs().max() / p_out.scale
     assert float(lsb) <= 1.0, float(lsb)  # the verified-compile bound (1 LSB)
+
+
+def test_nhwc_output_of_an_nchw_program(feature_maps):
+    """Only the output asked NHWC: it leaves without an NPU transpose at the end, and its
+    values are the NCHW program's."""
+    from ethosu_ng.runtime import run_pte
+
+    nchw, _ = feature_maps
+    out_only = _compile(
+        models.feature_map, input_dtype="int8", output_dtype="int8", output_layout="nhwc"
+    )
+    (d,) = out_only.report["delegates"]
+    assert io_layout.io_transposes(d)["output"] == 0
+    assert io_layout.io_transposes(d)["input"] > 0  # the input stays NCHW, as asked
+    assert _blob(out_only).outputs[0].dim_order == (0, 2, 3, 1)
+    x = torch.randint(-128, 128, (1, 3, 32, 32), generator=torch.Generator().manual_seed(9))
+    x = x.to(torch.int8)
+    (a,) = run_pte(nchw.pte, [x])
+    (b,) = run_pte(out_only.pte, [x])
+    assert b.is_contiguous(memory_format=torch.channels_last) and torch.equal(a, b)
