@@ -230,7 +230,8 @@ def transpose_notes(r: Dict[str, Any]) -> List[str]:
                 lines.append(
                     f"{d['name']}: transposing its NCHW {what} costs {cost[what]:,} NPU cycles "
                     f"({100 * cost[what] / total:.1f}% of {total:,.0f}); {option} "
-                    f"({what}_layout='nhwc') takes the {what} in NHWC and removes it"
+                    f"({what}_layout='nhwc') {'takes' if what == 'input' else 'gives'} the "
+                    f"{what} in NHWC and removes it"
                 )
     return lines
 
