@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Cross-compile the firmware delegate library (libethosu_ng_delegate.a) for
 # Cortex-M with gcc-arm-none-eabi, warnings as errors, then check the archive:
-# no exception, RTTI or heap symbols on the device path.
+# no exception, RTTI or heap symbols on the device path. It compiles against
+# the executorch wheel's headers without the wheel's host-only definitions;
+# firmware/ builds a whole image (ExecuTorch runtime from source, the delegate
+# with that runtime's definitions) and runs it on an emulated Cortex-M55.
 #
 # Usage: runtime/build_cortex_m.sh [cortex-m55|cortex-m85|all]   (default: all)
 # Environment:
