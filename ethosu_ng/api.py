@@ -502,6 +502,8 @@ def _read_pte(pte) -> Tuple[bytes, Optional[str]]:
     path = os.fspath(pte)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise NotAProgramError(f"{path} is a directory, not a .pte")
     with open(path, "rb") as f:
         return f.read(), path
 
@@ -533,9 +535,12 @@ def report(pte) -> Report:
             raise FileNotFoundError(f"{path}: no such file")
         try:
             with open(path) as f:
-                return Report(json.load(f))
-        except json.JSONDecodeError as e:
+                rep = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise NotAProgramError(f"{path}: not a report JSON ({e})") from None
+        if not isinstance(rep, dict) or not {"delegates", "totals"} <= set(rep):
+            raise NotAProgramError(f"{path}: not a report JSON that ethosu-ng compile wrote")
+        return Report(rep)
     data, path = _read_pte(pte)
     check_program(data, path or "the bytes")
     if path:

@@ -126,6 +126,18 @@ def test_report_of_random_bytes_says_not_a_program(tmp_path):
     assert proc.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    "name, make, needle",
+    [
+        ("d.pte", lambda p: p.mkdir(), "d.pte is a directory, not a .pte"),
+        ("e.report.json", lambda p: p.write_text("{}"), "not a report JSON that ethosu-ng"),
+    ],
+)
+def test_report_of_what_is_not_a_program_or_report(name, make, needle, tmp_path):
+    make(tmp_path / name)
+    assert_clean_error(cli("report", name, cwd=tmp_path), needle)
+
+
 def test_report_of_a_truncated_pte_ignores_its_report_json(sibling, tmp_path):
     """The truncated program sits beside the report JSON of the whole one: the report used to be
     printed from that JSON with exit 0."""
