@@ -6,7 +6,8 @@ cache (cold: the ExecuTorch sources unpacked, the runtime, delegate and NPU mode
 then the next program's image in the same tree (only its runner, .pte and kernels compile),
 then each again (cached: nothing to do). Prints per image the bytes of code, read-only data,
 the .pte and the pools (the memory plan's planned arenas, temp and method allocator), and the
-build times in wall-clock seconds. QEMU run time is not a speed figure and is not printed.
+build times in wall-clock seconds, and the code and read-only data of each part of the image
+(from the linker map). QEMU run time is not a speed figure and is not printed.
 
 Usage: python bench/firmware_image.py [--target ethos-u55-128] [--models kws cnn] [--keep DIR]
 """
@@ -65,7 +66,7 @@ def main() -> int:
             cached = time.monotonic() - t0
             assert again.cached, "second build of the same program did work"
             kind = "cold (empty cache)" if k == 0 else "new program, runtime cached"
-            rows.append((name, image.sizes(), first, kind, cached))
+            rows.append((name, image.sizes(), first, kind, cached, firmware.code_breakdown(image)))
     finally:
         if not args.keep:
             shutil.rmtree(cache, ignore_errors=True)
@@ -75,11 +76,15 @@ def main() -> int:
         f"{'model':6} {'code B':>9} {'rodata B':>9} {'.pte B':>8} {'pools B':>9} "
         f"{'build s':>8}  {'kind':28} {'cached s':>8}"
     )
-    for name, s, first, kind, cached in rows:
+    for name, s, first, kind, cached, _ in rows:
         print(
             f"{name:6} {s['code']:>9,} {s['rodata']:>9,} {s['pte']:>8,} {s['pools']:>9,} "
             f"{first:>8.1f}  {kind:28} {cached:>8.2f}"
         )
+    for name, *_, parts in rows:
+        print(f"{name}: code / read-only data by part (linker map):")
+        for part, (text, ro) in sorted(parts.items(), key=lambda kv: -kv[1][0]):
+            print(f"  {part:24} {text:>9,} {ro:>9,}")
     return 0
 
 

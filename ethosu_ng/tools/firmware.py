@@ -409,6 +409,30 @@ def section_sizes(elf: Path) -> Dict[str, int]:
     }
 
 
+_PARTS = (  # (part, what in the linker map's object path names it)
+    ("NPU model (stand-in)", r"npu_model"),
+    ("delegate", r"libethosu_ng_delegate"),
+    ("ExecuTorch runtime", r"libet_runtime|libet_portable_util"),
+    ("kernels", r"_kernels\.dir"),
+    ("C/C++ libraries", r"arm-none-eabi|/lib(c|g|gcc|stdc\+\+|rdimon|m)(_nano)?\.a"),
+)
+
+
+def code_breakdown(image: Image) -> Dict[str, Tuple[int, int]]:
+    """(code, read-only data) bytes per part of the image, from its linker map."""
+    m = image.elf.with_suffix(".map").read_text()
+    m = m[m.index("Linker script and memory map") :]
+    out: Dict[str, List[int]] = {}
+    for mm in re.finditer(
+        r"^ (\.(?:text|rodata)\S*)\s*\n?\s+0x[0-9a-f]+\s+0x([0-9a-f]+)\s+(\S+)", m, re.M
+    ):
+        sec, size, obj = mm.groups()
+        part = next((p for p, pat in _PARTS if re.search(pat, obj)), "board, runner, .pte")
+        row = out.setdefault(part, [0, 0])
+        row[0 if sec.startswith(".text") else 1] += int(size, 16)
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
 # ------------------------------------------------------------------ run
 def program_io(pte: bytes, method: str = "forward") -> Tuple[List[Tuple], List[Tuple]]:
     """(numpy dtype, shape) of each program input and output."""
