@@ -53,7 +53,7 @@ def main() -> None:
     (scores,) = run_pte(result.pte, [image])
     io = ethosu_ng.io_quantization(result.edge)
     print(
-        f"class {int(scores.argmax())}, score {float(io.outputs[0].dequantize(scores).max()):.3f}"
+        f"class {int(scores.argmax())}, score {float(io.outputs[0].dequantize(scores).max()):.3g}"
     )
 
 
