@@ -58,7 +58,13 @@ def _check_bit_exact(pte: bytes, n: int = 3) -> firmware.M55Result:
 
 
 @pytest.mark.parametrize(
-    "model, target", [("cnn", "ethos-u55-128"), ("kws", "ethos-u65-256"), ("cnn", "ethos-u65-256")]
+    "model, target",
+    [
+        ("cnn", "ethos-u55-128"),
+        ("kws", "ethos-u65-256"),
+        ("cnn", "ethos-u65-256"),
+        ("cnn", "ethos-u85-256"),
+    ],
 )
 def test_program_in_the_image_is_bit_exact_to_the_host(model, target):
     pte = _program(model, target)
@@ -171,6 +177,17 @@ def test_a_hang_is_cut_by_the_time_limit(cnn_image):
     pte, image = cnn_image
     with pytest.raises(firmware.FirmwareError, match="did not finish within 0.01 s"):
         firmware.run_image(image, firmware.random_inputs(pte, 1), timeout_s=0.01)
+
+
+def test_an_npu_model_error_is_named_in_the_run_error():
+    log = (
+        "ethosu_ng_fw: NPU model error 16: command 88 (NPU_OP_CONV 0x002, param 0x0000): "
+        "WEIGHT_FORMAT 0x0010: 2:4 sparse weights not modelled\n"
+        "ethosu_ng_fw: ERROR execute: Error::Internal (error 1)\n"
+    )
+    run = firmware.parse_run(log, firmware.EXIT_ERROR)
+    assert run.error.startswith("ERROR execute: Error::Internal (error 1) (NPU model error 16")
+    assert "sparse weights not modelled" in run.error
 
 
 def test_parse_run_reports_a_fault_line():

@@ -525,6 +525,7 @@ def run_image(
 
 def parse_run(log: str, exit_code: int) -> Run:
     run = Run(log=log, exit_code=exit_code)
+    npu_error = ""  # the NPU model's reason, printed before the runner's ERROR line
     for line in log.splitlines():
         if not line.startswith(_PREFIX):
             continue
@@ -548,8 +549,10 @@ def parse_run(log: str, exit_code: int) -> Run:
         if m:
             run.npu_invocations = int(m.group(1))
             continue
+        if body.startswith("NPU model error"):
+            npu_error = body
         if body.startswith(("ERROR", "FAULT", "ABORT")):
-            run.error = body
+            run.error = body + (f" ({npu_error})" if npu_error else "")
     ok = exit_code == EXIT_OK and log.rstrip().endswith(_PREFIX + "OK")
     if not ok and run.error is None:
         tail = log.strip().splitlines()[-1:] or ["(no output)"]
