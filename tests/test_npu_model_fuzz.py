@@ -1,4 +1,4 @@
-"""libFuzzer over the NPU model (runtime/fuzz/fuzz_npu_model.cpp, issue 14).
+"""libFuzzer over the NPU model (runtime/fuzz/fuzz_npu_model.cpp), Ethos-U55/U65/U85 payloads.
 
 Random driver payloads, command streams and register values against real-sized regions, under
 ASan + UBSan: every committed input (tests/runtime/corpus_npu_model/seeds: real Vela payloads
@@ -26,6 +26,10 @@ def test_seeds_are_real_payloads():
         data = p.read_bytes()
         payload_len, weights_len, _, _ = struct.unpack_from("<4I", data)
         assert data[16:20] == b"COP1" and 16 + payload_len + weights_len == len(data)
+    # Ethos-U85 payloads (optimizer config product 2) among them: the U85 decoder, weight streams
+    # (standard and fast), chaining and LUTs are fuzzed from real streams too.
+    products = {struct.unpack_from("<I", p.read_bytes(), 16 + 8)[0] >> 28 for p in seeds}
+    assert products == {0, 1, 2}, products
 
 
 def test_npu_model_corpus_replay(fuzz_env):  # noqa: F811

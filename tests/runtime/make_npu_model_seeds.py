@@ -6,7 +6,9 @@ Each seed is one real delegate's Vela driver payload and weights in the input la
 runtime/fuzz/fuzz_npu_model.cpp: ``[u32 payload_len][u32 weights_len][u32 scratch_len]
 [u32 fast_len][payload][weights]``, with the delegate's own scratch size, so an unmutated seed
 runs to completion. Models from tests/npu_models.py, compiled for ethos-u55-128 and
-ethos-u65-256. Deterministic up to Vela's output; rerun only to refresh the corpus.
+ethos-u65-256, and for ethos-u85-256 and ethos-u85-512 (one and two cores; fast and standard
+weight streams, chaining, LUTs, transposes). Deterministic up to Vela's output; rerun only to
+refresh the corpus.
 """
 
 import os
@@ -27,12 +29,19 @@ from ethosu_ng.export import lower, quantize  # noqa: E402
 
 CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
 MODELS = ("conv_relu", "conv_wide", "add", "mean", "sigmoid", "mobilenetv2_block")
+U85_MODELS = ("conv_wide", "depthwise_9x9", "layer_norm", "softmax", "transpose_conv")
+TARGETS = {
+    "ethos-u55-128": MODELS,
+    "ethos-u65-256": MODELS,
+    "ethos-u85-256": U85_MODELS,
+    "ethos-u85-512": U85_MODELS,
+}
 
 
 def main(out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
-    for target in ("ethos-u55-128", "ethos-u65-256"):
-        for name in MODELS:
+    for target, models in TARGETS.items():
+        for name in models:
             torch.manual_seed(0)
             model, example = ALL[name]()
             spec = EthosUNGCompileSpec(target)
