@@ -8,9 +8,9 @@
 // The model's working memory (SHRAM, feature maps, decoded weights: its
 // std::vectors) comes from a fixed arena of ETHOSU_NG_NPU_MODEL_ARENA_BYTES,
 // through operator new (nothing else in the image uses it: the delegate
-// library is checked to have no heap references), emptied after every
-// invocation; its high-water mark is reported. Running out ends the run
-// with an ERROR line naming the arena, not a fault.
+// library is checked to have no heap references); its high-water mark is
+// reported. Running out ends the run with an ERROR line naming the arena,
+// not a fault.
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -32,26 +32,98 @@ unsigned long g_invocations = 0;
 
 __attribute__((aligned(16), section(".bss.ethosu_ng_npu_model_arena")))
 uint8_t g_arena[ETHOSU_NG_NPU_MODEL_ARENA_BYTES];
-size_t g_arena_used = 0;
-size_t g_arena_peak = 0;
+
+// First fit over an address-ordered free list, neighbours merged on free, the
+// top of the used part lowered when its last block is freed: the model frees
+// every feature map when its operation ends, so the arena holds one
+// operation's data at a time, not the whole stream's.
+struct Block {
+  size_t size; // bytes including this header
+  Block* next; // next free block (free blocks only)
+};
+constexpr size_t kHeader = 16;
+static_assert(sizeof(Block) <= kHeader, "block header fits its 16 bytes");
+Block* g_free = nullptr;
+size_t g_top = 0; // bytes of the arena in use or on the free list
+size_t g_peak = 0;
+
+[[noreturn]] void exhausted(size_t n) {
+  std::printf(
+      "ethosu_ng_fw: ERROR NPU model working memory exhausted: %lu bytes asked with %lu of "
+      "ETHOSU_NG_NPU_MODEL_ARENA_BYTES=%lu in use\n",
+      static_cast<unsigned long>(n),
+      static_cast<unsigned long>(g_top),
+      static_cast<unsigned long>(sizeof(g_arena)));
+  std::fflush(stdout);
+  std::_Exit(1);
+}
 
 void* arena_allocate(size_t n) {
-  const size_t start = (g_arena_used + 15u) & ~size_t{15};
-  if (start > sizeof(g_arena) || n > sizeof(g_arena) - start) {
-    std::printf(
-        "ethosu_ng_fw: ERROR NPU model working memory exhausted: %lu bytes asked with %lu of "
-        "ETHOSU_NG_NPU_MODEL_ARENA_BYTES=%lu in use\n",
-        static_cast<unsigned long>(n),
-        static_cast<unsigned long>(g_arena_used),
-        static_cast<unsigned long>(sizeof(g_arena)));
-    std::fflush(stdout);
-    std::_Exit(1);
+  if (n > sizeof(g_arena)) {
+    exhausted(n);
   }
-  g_arena_used = start + n;
-  if (g_arena_used > g_arena_peak) {
-    g_arena_peak = g_arena_used;
+  const size_t need = kHeader + ((n + 15u) & ~size_t{15});
+  for (Block** link = &g_free; *link != nullptr; link = &(*link)->next) {
+    Block* b = *link;
+    if (b->size < need) {
+      continue;
+    }
+    if (b->size - need >= 2 * kHeader) { // split: the rest stays free
+      Block* rest = reinterpret_cast<Block*>(reinterpret_cast<uint8_t*>(b) + need);
+      rest->size = b->size - need;
+      rest->next = b->next;
+      *link = rest;
+      b->size = need;
+    } else {
+      *link = b->next;
+    }
+    return reinterpret_cast<uint8_t*>(b) + kHeader;
   }
-  return g_arena + start;
+  if (need > sizeof(g_arena) - g_top) {
+    exhausted(n);
+  }
+  Block* b = reinterpret_cast<Block*>(g_arena + g_top);
+  b->size = need;
+  g_top += need;
+  if (g_top > g_peak) {
+    g_peak = g_top;
+  }
+  return reinterpret_cast<uint8_t*>(b) + kHeader;
+}
+
+void arena_free(void* p) {
+  if (p == nullptr) {
+    return;
+  }
+  Block* b = reinterpret_cast<Block*>(static_cast<uint8_t*>(p) - kHeader);
+  Block* prev = nullptr;
+  Block* next = g_free;
+  while (next != nullptr && next < b) {
+    prev = next;
+    next = next->next;
+  }
+  if (next != nullptr && reinterpret_cast<uint8_t*>(b) + b->size == reinterpret_cast<uint8_t*>(next)) {
+    b->size += next->size;
+    next = next->next;
+  }
+  b->next = next;
+  if (prev != nullptr && reinterpret_cast<uint8_t*>(prev) + prev->size == reinterpret_cast<uint8_t*>(b)) {
+    prev->size += b->size;
+    prev->next = b->next;
+  } else if (prev != nullptr) {
+    prev->next = b;
+  } else {
+    g_free = b;
+  }
+  // A free block that ends at the top (the list's last) goes back to it.
+  Block** last = &g_free;
+  while ((*last)->next != nullptr) {
+    last = &(*last)->next;
+  }
+  if (reinterpret_cast<uint8_t*>(*last) + (*last)->size == g_arena + g_top) {
+    g_top = static_cast<size_t>(reinterpret_cast<uint8_t*>(*last) - g_arena);
+    *last = nullptr;
+  }
 }
 } // namespace
 
@@ -61,18 +133,25 @@ void* operator new(size_t n) {
 void* operator new[](size_t n) {
   return arena_allocate(n);
 }
-// Freed all at once after each invocation.
-void operator delete(void*) noexcept {}
-void operator delete[](void*) noexcept {}
-void operator delete(void*, size_t) noexcept {}
-void operator delete[](void*, size_t) noexcept {}
+void operator delete(void* p) noexcept {
+  arena_free(p);
+}
+void operator delete[](void* p) noexcept {
+  arena_free(p);
+}
+void operator delete(void* p, size_t) noexcept {
+  arena_free(p);
+}
+void operator delete[](void* p, size_t) noexcept {
+  arena_free(p);
+}
 
 extern "C" unsigned long ethosu_ng_fw_npu_invocations(void) {
   return g_invocations;
 }
 
 extern "C" void ethosu_ng_fw_npu_model_arena(unsigned long* peak, unsigned long* size) {
-  *peak = g_arena_peak;
+  *peak = g_peak;
   *size = sizeof(g_arena);
 }
 
@@ -122,7 +201,6 @@ extern "C" int ethosu_invoke_v3(
       msg,
       sizeof(msg),
       &stats);
-  g_arena_used = 0; // the model's vectors died with run_payload
   if (e != m::Error::Ok) {
     std::printf("ethosu_ng_fw: NPU model error %d: %s\n", static_cast<int>(e), msg);
     return -1;
