@@ -275,7 +275,9 @@ class _Lockstep(Interpreter):
         table, lshift = found
         scale, zp = qin[0], qin[1]
         codes = torch.round(a64[0] / scale).to(torch.int64) + zp
-        out = table_lookup(codes, table, lshift)
+        # A TABLE reads an int16 tensor: its input is saturated even where an unclamped
+        # intermediate feeds it.
+        out = table_lookup(codes.clamp(qin[2], qin[3]), table, lshift)
         return (out.to(torch.float64) - qout[1]) * qout[0]
 
 

@@ -1,0 +1,243 @@
+# SPDX-License-Identifier: Apache-2.0
+"""int16 activations (a16w8): the quantizer's precision choice, the partition-boundary contract
+for int16 tensors, and the verified compile on int16 partitions.
+
+Over op kinds, shapes, targets and program-IO dtypes, an a16w8 block lowers to one delegate
+whose compile-time checks pass (TOSA == the quantized partition as the hardware defines it;
+the command stream bit-exact on the NPU model for U55/U65), and the shipped program runs on the
+host runtime with TOSA and NPU model agreeing bit for bit. int16 tensors cross a forced split
+typed as int16 in each blob. A planted wrong int16 lookup table is caught, not excused by the
+hardware reading.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from _pte import NPU_MODEL_TARGETS, CrossCheckedMethod, assert_pte_carries, lowered_delegates
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, EthosUNGQuantizer
+from ethosu_ng.adapters import exir
+from ethosu_ng.export import lower, quantize
+from ethosu_ng.numerics.int16_table import table_lookup
+from ethosu_ng.ops import DEQUANTIZE_OPS, QUANTIZE_OPS, op_name
+
+
+class Block(nn.Module):
+    """One of the op kinds a16w8 is for, over (1, tokens, dim) or an image."""
+
+    def __init__(self, kind: str, dim: int):
+        super().__init__()
+        self.kind = kind
+        self.norm = nn.LayerNorm(dim)
+        self.fc = nn.Linear(dim, dim)
+        self.conv = nn.Conv2d(3, dim, 3, padding=1)
+
+    def forward(self, x):
+        if self.kind == "conv":
+            return torch.relu(self.conv(x)).mean((2, 3))
+        if self.kind == "layernorm":
+            return self.fc(self.norm(x))
+        if self.kind == "softmax":
+            return torch.softmax(self.fc(x), -1) + x
+        if self.kind == "gelu":
+            return nn.functional.gelu(self.fc(x)) * torch.sigmoid(x)
+        raise ValueError(self.kind)
+
+
+def _inputs(kind, tokens, dim, seed):
+    g = torch.Generator().manual_seed(seed)
+    shape = (1, 3, tokens, 4) if kind == "conv" else (1, tokens, dim)
+    return [(torch.randn(shape, generator=g) * 2,) for _ in range(3)]
+
+
+def _dequantized_dtypes(q) -> set:
+    """The integer dtypes the quantized graph dequantizes (activations and weights)."""
+    return {
+        n.args[-1]
+        for n in q.graph.nodes
+        if n.op == "call_function" and op_name(n.target) in DEQUANTIZE_OPS
+    }
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    kind=st.sampled_from(["conv", "layernorm", "softmax", "gelu"]),
+    target=st.sampled_from(["ethos-u55-128", "ethos-u65-256", "ethos-u85-256"]),
+    tokens=st.integers(2, 9),
+    dim=st.sampled_from([8, 16, 24]),
+    int16_io=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_a16w8_blocks_lower_whole_and_run_bit_exact(kind, target, tokens, dim, int16_io, seed):
+    batches = _inputs(kind, tokens, dim, seed)
+    x = batches[0]
+    spec = EthosUNGCompileSpec(target, embed_tosa=True, strict=True)
+    io = dict(input_dtype=torch.int16, output_dtype=torch.int16) if int16_io else {}
+    q = quantize(
+        Block(kind, dim).eval(), x, spec, calibration=batches, activation_dtype=torch.int16, **io
+    )
+    assert {torch.int16, torch.int8} <= _dequantized_dtypes(q)  # int8: the weights
+    edge, part = lower(q, x, spec)  # strict: a check that fails raises
+    assert len(part.report.partitions) == 1, part.report.cpu_reasons
+    delegates = lowered_delegates(edge)
+    pte = edge.to_executorch().buffer
+    assert_pte_carries(delegates, pte)
+    blob = DelegateBlob.from_bytes(exir.pte_delegate_payloads(pte)[0][1])
+    assert {s.dtype for s in blob.inputs + blob.outputs} == {torch.int16}
+    (info,) = [
+        m.meta.get("_delegate_info_meta")
+        for _, m in edge.exported_program().graph_module.named_children()
+        if hasattr(m, "processed_bytes")
+    ]
+    assert info.lowering_verification.status == "verified", info.lowering_verification
+    if target.startswith(NPU_MODEL_TARGETS):  # the NPU model ran the stream at compile time
+        assert info.npu_verification.status == "verified", info.npu_verification
+    method = CrossCheckedMethod(pte, target)
+    if int16_io:
+        from ethosu_ng import io_quantization
+
+        qio = io_quantization(edge)
+        for batch in batches:
+            method.execute([qio.inputs[0].quantize(batch[0])], f"{kind} {target}")
+    else:
+        for batch in batches:
+            method.execute(list(batch), f"{kind} {target}")
+
+
+def test_int16_tensors_cross_a_split_typed_as_int16():
+    """relu pinned to the CPU splits the block; the int16 activations on each side of it cross
+    the boundary as int16 tensors (no float, no int8) and every blob's IO table says so."""
+    spec = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True)
+    batches = _inputs("conv", 4, 8, 0)
+    q = quantize(
+        Block("conv", 8).eval(), batches[0], spec, calibration=batches, activation_dtype=torch.int16
+    )
+    edge, part = lower(q, batches[0], spec, cpu_ops=["aten.relu.default"])
+    delegates = lowered_delegates(edge)
+    assert len(delegates) == 2, part.report.partitions
+    for _, ins, outs in delegates:
+        assert {dtype for dtype, _ in ins + outs} == {torch.int16}, (ins, outs)
+    pte = edge.to_executorch().buffer
+    assert_pte_carries(delegates, pte)
+    method = CrossCheckedMethod(pte, "ethos-u55-128")
+    for batch in batches:
+        method.execute(list(batch))
+
+
+def test_module_dtypes_make_only_those_modules_int16():
+    """By name and by type: the named module's activations are int16, the rest int8, and the
+    int8 <-> int16 requantizations run inside the one delegate."""
+    spec = EthosUNGCompileSpec("ethos-u85-256", embed_tosa=True, strict=True)
+    batches = _inputs("layernorm", 6, 16, 1)
+    for key in ("norm", nn.LayerNorm):
+        q = quantize(
+            Block("layernorm", 16).eval(),
+            batches[0],
+            spec,
+            calibration=batches,
+            module_dtypes={key: torch.int16},
+        )
+        int16_ops = {
+            n.args[0].name
+            for n in q.graph.nodes
+            if n.op == "call_function"
+            and op_name(n.target) in QUANTIZE_OPS
+            and n.args[5] == torch.int16
+        }
+        assert int16_ops, key
+        assert not any("linear" in name for name in int16_ops), int16_ops  # fc stays int8
+        edge, part = lower(q, batches[0], spec)
+        assert len(part.report.partitions) == 1, part.report.cpu_reasons
+        moved = [r for r in part.report.cpu_reasons.values() if "boundary" not in r]
+        assert not moved, moved
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(activation_dtype=torch.float16), ValueError, "activation_dtype must be"),
+        (dict(module_dtypes={"norm": torch.int32}), ValueError, r"module_dtypes\['norm'\]"),
+        (dict(module_dtypes={3: torch.int16}), TypeError, "module names"),
+        (dict(input_dtype=torch.int32), ValueError, "input_dtype must be"),
+    ],
+)
+def test_bad_precision_arguments_name_the_culprit(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        EthosUNGQuantizer(EthosUNGCompileSpec("ethos-u85-256"), **kwargs)
+
+
+def test_an_unknown_module_name_is_an_error_naming_it():
+    spec = EthosUNGCompileSpec("ethos-u85-256")
+    x = _inputs("layernorm", 4, 8, 0)[0]
+    with pytest.raises(ValueError, match=r"\['blocks\.3\.attn'\] match no module.*'norm'"):
+        quantize(
+            Block("layernorm", 8).eval(), x, spec, module_dtypes={"blocks.3.attn": torch.int16}
+        )
+
+
+# ------------------------------------------------------------------ int16 lookups, bit-exact
+def _table_graph(table: np.ndarray, shift: int) -> bytes:
+    """input int16 -> TABLE(513 entries) -> RESCALE by 2**-shift -> int16, as upstream lowers an
+    int16 unary function."""
+    from _tosa_builder import Builder
+
+    b = Builder()
+    x = b.input([1, 1, 256, 256], "INT16")
+    t = b.const(table, "INT16")
+    looked_up = b._op("TABLE", [x, t], [1, 1, 256, 256], "INT32")
+    b.output(b.rescale(looked_up, "INT16", multiplier=1 << 30, shift=30 + shift))
+    return b.tosa()
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    shift=st.integers(1, 12),
+    span=st.sampled_from([64, 4096, 32767]),
+)
+def test_int16_table_lookup_is_tosa_table_and_rescale_on_every_input(seed, shift, span):
+    """``numerics.int16_table.table_lookup`` (the verified compile's reading of an int16 lookup)
+    equals the TOSA reference model's TABLE + RESCALE on all 65536 int16 inputs, over tables of
+    small and full-range slopes and the rescale's shifts."""
+    from ethosu_ng.numerics.tosa_reference import run_tosa_arrays
+
+    rng = np.random.default_rng(seed)
+    table = np.clip(np.cumsum(rng.integers(-span // 8, span // 8 + 1, 513)), -32768, 32767)
+    table = table.astype(np.int16)
+    codes = np.arange(-32768, 32768, dtype=np.int16).reshape(1, 1, 256, 256)
+    (tosa,) = run_tosa_arrays(_table_graph(table, shift), [codes])
+    ours = table_lookup(torch.from_numpy(codes.astype(np.int64)), torch.from_numpy(table), -shift)
+    np.testing.assert_array_equal(ours.numpy(), tosa.astype(np.int64))
+
+
+def test_a_planted_wrong_int16_table_is_caught(monkeypatch):
+    """The hardware reading evaluates lookups from the table upstream builds, not from the TOSA
+    graph: a TOSA graph whose table is off (every entry +40) is a deviation."""
+    import ethosu_ng.compiler.pipeline as pipeline
+    from ethosu_ng.compiler.verify_lowering import LoweringDeviation
+    from ethosu_ng.tosa_optimize import graph as tosa_graph
+
+    real = pipeline.upstream.lower_to_tosa
+
+    def wrong_tables(*a, **k):
+        g = tosa_graph.read(real(*a, **k))
+        for op in g.ops:
+            if op.op == "TABLE":
+                t = g.tensors[op.inputs[1]]
+                vals = np.frombuffer(bytes(t.data), np.int16).astype(np.int32) + 40
+                t.data = list(np.clip(vals, -32768, 32767).astype(np.int16).tobytes())
+        return tosa_graph.write(g)
+
+    monkeypatch.setattr(pipeline.upstream, "lower_to_tosa", wrong_tables)
+    spec = EthosUNGCompileSpec("ethos-u85-256", strict=True)
+    batches = _inputs("gelu", 4, 8, 2)
+    q = quantize(
+        Block("gelu", 8).eval(), batches[0], spec, calibration=batches, activation_dtype=torch.int16
+    )
+    with pytest.raises(LoweringDeviation, match="differs from the quantized partition"):
+        lower(q, batches[0], spec)
