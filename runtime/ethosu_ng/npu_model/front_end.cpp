@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Ethos-U55/U65 functional model, front end: driver payload parser, command
+// NPU model front end (Ethos-U55/U65/U85): driver payload parser, command
 // decoding, register state, regions and bounds checks, feature-map access and
 // the output stage. See npu_model.h, model.h and docs/npu-model.md.
 #include <ethosu_ng/npu_model/model.h>

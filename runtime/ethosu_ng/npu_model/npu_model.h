@@ -1,4 +1,5 @@
-// Functional model of the Arm Ethos-U55 / Ethos-U65 NPU: executes the driver
+// Functional model of the Arm Ethos-U55 / Ethos-U65 / Ethos-U85 NPU (the
+// U85 in part: docs/npu-model.md, "Ethos-U85"): executes the driver
 // payload Vela writes (COP1 header, optimizer config, register command
 // stream) against the regions the core driver would be given, and leaves in
 // them what the NPU would leave.
