@@ -176,3 +176,75 @@ def test_the_folded_square_runs_bit_exact_on_the_npu_model(zp):
         (want,) = run_reference(tosa, arrays)
         (got,) = run_npu_model(vela, arrays)
         assert np.array_equal(got, want.reshape(-1)), (zp, np.abs(got - want.reshape(-1)).max())
+
+
+# ---- AddOperandShiftToResult ----------------------------------------------------------------
+
+
+def add_sub(op, shape, k_a, k_b, zp_a, zp_b, out_mult, out_shift, out_zp=0) -> bytes:
+    """``op(x_a, x_b)`` as upstream lowers it: operand RESCALEs shifting left by ``2**k``, the
+    result RESCALE back to int8."""
+    b = Builder()
+    a = b.rescale(b.input(shape), "INT32", 1 << 30, 30 - k_a, in_zp=zp_a)
+    c = b.rescale(b.input(shape), "INT32", 1 << 30, 30 - k_b, in_zp=zp_b)
+    b.output(b.rescale(b.binary(op, a, c), "INT8", out_mult, out_shift, out_zp=out_zp))
+    return b.tosa()
+
+
+@FAST
+@given(
+    st.sampled_from(("ADD", "SUB")),
+    st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    st.integers(1, 21),
+    st.integers(-2, 2),
+    st.integers(-128, 127),
+    st.integers(-128, 127),
+    st.integers(1, (1 << 31) - 1),
+    st.integers(10, 40),
+    st.integers(-128, 127),
+)
+def test_an_equal_operand_shift_moves_to_the_result_bit_exactly(
+    op, shape, k, dk, zp_a, zp_b, mult, extra_shift, out_zp
+):
+    # TOSA requires a RESCALE's input below 2**(shift - 1) in magnitude, and |sum| <= 510 * 2**k:
+    # a result shift of k + 10 or more; the product stays inside int32.
+    mult = min(mult, (1 << (31 + extra_shift)) // 1024)
+    k_b = min(21, max(1, k + dk))
+    tosa = add_sub(op, shape, k, k_b, zp_a, zp_b, mult, max(k, k_b) + extra_shift, out_zp)
+    result = optimize(tosa)
+    check_bit_exact(tosa, result.tosa, trials=2, seed=5)
+    moved = result.applied.get("AddOperandShiftToResult", 0)
+    assert moved == (1 if k_b == k else 0)
+    if moved:
+        g = tosa_ir.read(result.tosa)
+        operands = [read_rescale(g, o) for o in g.ops if o.op == "RESCALE"][:2]
+        assert all(r.is_unit_scale for r in operands)
+
+
+@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
+def test_pool_minus_x_has_no_standalone_rescale(target):
+    """PoolFormer's token mixer ``pool(x) - x``: equal input scales, both operands ``<< 19``."""
+    tosa = add_sub("SUB", [1, 16, 16, 16], 19, 19, 6, 6, 2061775431, 50, -1)
+    before = _vela(tosa, target)
+    result = optimize(tosa)
+    assert result.applied == {"AddOperandShiftToResult": 1}
+    after = _vela(result.tosa, target)
+    assert after[0] == 0 and after[1] <= before[1]
+    if target == "ethos-u55-128":
+        assert before[0] == 5  # each operand RESCALE is two layers (Add, Mul), the result one
+
+
+@pytest.mark.parametrize("zps", [(6, 6), (-128, 127), (127, -128)])
+def test_the_folded_sub_runs_bit_exact_on_the_npu_model(zps):
+    from ethosu_ng.compiler.tosa_graph import tosa_io
+
+    tosa = optimize(add_sub("SUB", [1, 8, 8, 16], 19, 19, *zps, 2061775431, 50, -1)).tosa
+    rescales, _, vela = _vela(tosa, "ethos-u55-128")
+    assert rescales == 0
+    ins, _ = tosa_io(tosa)
+    rng = np.random.default_rng(0)
+    extremes = [[np.full(i.shape, v, np.int8) for i, v in zip(ins, (-128, 127))]]
+    for arrays in [random_inputs(ins, rng), *extremes]:
+        (want,) = run_reference(tosa, arrays)
+        (got,) = run_npu_model(vela, arrays)
+        assert np.array_equal(got, want.reshape(-1)), np.abs(got - want.reshape(-1)).max()

@@ -17,6 +17,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type
 from ethosu_ng.compiler.tosa_graph import tosa_io
 from ethosu_ng.passes.pipeline import ordered_without
 from ethosu_ng.tosa_optimize import graph as tosa_ir
+from ethosu_ng.tosa_optimize.rewrites.add_operand_shift_to_result import AddOperandShiftToResult
 from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import CollapseTransposeRank
 from ethosu_ng.tosa_optimize.rewrites.compose_transposes import ComposeTransposes
 from ethosu_ng.tosa_optimize.rewrites.decompose_transpose import DecomposeTranspose
@@ -41,9 +42,10 @@ REWRITES: Tuple[type, ...] = (
     CollapseTransposeRank,
     DecomposeTranspose,
     SplitSharedRescale,
+    AddOperandShiftToResult,
 )
 # The rewrites that take standalone RESCALEs away (bench/rescale_cycles.py turns them off).
-RESCALE_REWRITES: Tuple[type, ...] = (SplitSharedRescale,)
+RESCALE_REWRITES: Tuple[type, ...] = (SplitSharedRescale, AddOperandShiftToResult)
 MAX_ROUNDS = 64
 
 

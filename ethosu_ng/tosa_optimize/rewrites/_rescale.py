@@ -109,3 +109,11 @@ def absorbs_operand(consumer: Operator, r: Optional[Rescale]) -> bool:
     if kind is None or not is_operand_rescale(r):
         return False
     return kind == "any" or r.is_unit_scale
+
+
+def single_reader(graph: Graph, consumers, name: str) -> Optional[Operator]:
+    """The one operator that reads ``name``, once, if ``name`` is not a graph output."""
+    readers = consumers.get(name, [])
+    if len(readers) != 1 or name in graph.outputs or readers[0].inputs.count(name) != 1:
+        return None
+    return readers[0]
