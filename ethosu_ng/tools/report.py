@@ -21,6 +21,7 @@ from ethosu_ng.io_layout import (
 from ethosu_ng.io_quantization import io_quantization
 from ethosu_ng.ops import CALL_DELEGATE, is_compute, op_name
 from ethosu_ng.tensor_spec import TensorSpec
+from ethosu_ng.tosa_optimize import rescale_report
 
 
 def spec_dict(s: TensorSpec) -> Dict[str, Any]:
@@ -95,6 +96,13 @@ def build_report(
                 # Vela's layers with their TOSA operator, FX node and module (module_profile).
                 "layers": getattr(info, "layers", None) or [],
                 "data_movement": module_profile.data_movement(getattr(info, "layers", None) or []),
+                # Each standalone RESCALE layer: its TOSA pattern and what blocked Vela's fold
+                # (tosa_optimize/rescale_report.py); needs the TOSA graph (embed_tosa).
+                "standalone_rescales": None
+                if blob.tosa is None
+                else rescale_report.standalone_rescales(
+                    blob.tosa, getattr(info, "layers", None) or [], spec.target
+                ),
                 # compiler.verify_npu: NPU model vs TOSA on this stream at compile time.
                 "npu_verification": _verdict(info),
                 # compiler.verify_lowering: TOSA vs the quantized partition, exactly evaluated.
@@ -332,6 +340,14 @@ def format_text(r: Dict[str, Any]) -> str:
             f"data movement {t['data_movement_cycles']:,} NPU cycles "
             f"({100 * t['data_movement_cycles'] / t['npu_cycles']:.1f}% of NPU): {kinds}"
         )
+    rescales = [e for d in r["delegates"] for e in d.get("standalone_rescales") or []]
+    if rescales:
+        lines.append("standalone RESCALE layers (pattern; what blocked the fold):")
+        for g in rescale_report.summarize(rescales):
+            lines.append(
+                f"  {g['npu_cycles']:,} cycles, {g['layers']} layer(s): {g['pattern']}; "
+                f"{g['blocker']}"
+            )
     lines.append("")
     share = t.get("npu_op_share")
     lines.append(
