@@ -263,29 +263,12 @@ def _dtype(d) -> Optional[torch.dtype]:
 
 
 # ------------------------------------------------------------------ kernels
-def program_operators(pte: bytes) -> List[str]:
-    """``ns::op.overload`` of every operator the program's methods call on the CPU."""
-    from ethosu_ng.adapters.exir import _deserialize
-
-    names = set()
-    for plan in _deserialize(pte).execution_plan:
-        for op in plan.operators:
-            names.add(f"{op.name}.{op.overload}" if op.overload else op.name)
-    return sorted(names)
-
-
-def host_kernels() -> frozenset:
-    """Kernels the host runtime has: ExecuTorch's portable library and its quantized kernels
-    (what ``run_pte`` and ``verify`` load programs with)."""
-    import executorch.kernels.quantized  # noqa: F401 - registers quantized_decomposed kernels
-    from executorch.extension.pybindings.portable_lib import _get_operator_names
-
-    return frozenset(_get_operator_names())
-
-
 def missing_host_kernels(pte: bytes) -> List[str]:
-    have = host_kernels()
-    return [op for op in program_operators(pte) if op not in have | _NO_KERNEL_NEEDED]
+    """The program's CPU operators without a kernel in the host runtime."""
+    from ethosu_ng.adapters.exir import pte_operators, registered_kernels
+
+    have = registered_kernels() | _NO_KERNEL_NEEDED
+    return [op for op in pte_operators(pte) if op not in have]
 
 
 # ------------------------------------------------------------------ compile
@@ -415,6 +398,7 @@ def compile(  # noqa: A001 - the verb of the command line
     its own kernels). ``stage(name, fn, *args)`` runs each stage (the CLI prints progress).
     """
     from ethosu_ng import io_layout
+    from ethosu_ng.adapters import exir
     from ethosu_ng.export import serialize
     from ethosu_ng.memory_plan import memory_plan
     from ethosu_ng.tools import report as report_mod
@@ -446,7 +430,7 @@ def compile(  # noqa: A001 - the verb of the command line
     # From the lowered program, before serialization rewrites it (memory planning).
     rep = Report(report_mod.build_report(edge, part, b"", spec, name))
     pte, _ = stage("serialize", serialize, edge, spec)
-    rep["cpu_kernels"] = program_operators(pte)
+    rep["cpu_kernels"] = exir.pte_operators(pte)
     missing = missing_host_kernels(pte)
     if missing:
         # Kernel aten::sort.values_stable <- report op aten.sort.stable: matched on aten.sort.
@@ -512,10 +496,10 @@ def check_program(pte: bytes, where: str = "the file") -> None:
     """NotAProgramError unless ``pte`` parses as an ExecuTorch program."""
     if len(pte) < 8 or pte[4:6] != b"ET":
         raise NotAProgramError(f"{where} is not an ExecuTorch program (no ET file identifier)")
-    from ethosu_ng.adapters.exir import _deserialize
+    from ethosu_ng.adapters.exir import pte_delegate_payloads
 
     try:
-        _deserialize(pte)
+        pte_delegate_payloads(pte)
     except Exception as e:  # a truncated or corrupted flatbuffer fails anywhere inside
         raise NotAProgramError(
             f"{where} is not a valid ExecuTorch program (truncated or corrupted: "

@@ -102,6 +102,24 @@ def pte_execution_plan(pte: bytes, method: str = "forward"):
     return plans[0]
 
 
+def pte_operators(pte: bytes) -> List[str]:
+    """``ns::op.overload`` of every operator the program's methods call on the CPU."""
+    names = set()
+    for plan in _deserialize(pte).execution_plan:
+        for op in plan.operators:
+            names.add(f"{op.name}.{op.overload}" if op.overload else op.name)
+    return sorted(names)
+
+
+def registered_kernels() -> frozenset:
+    """The kernels the host runtime has: ExecuTorch's portable library and its quantized kernels
+    (the executorch wheel's pybindings register both)."""
+    import executorch.kernels.quantized  # noqa: F401 - registers quantized_decomposed kernels
+    from executorch.extension.pybindings.portable_lib import _get_operator_names
+
+    return frozenset(_get_operator_names())
+
+
 def pte_input_dim_orders(pte: bytes, method: str = "forward") -> List[Optional[tuple]]:
     """Dim order of each input of ``method`` as planned in the .pte (None: not a tensor)."""
     plan = pte_execution_plan(pte, method)
