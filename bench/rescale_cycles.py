@@ -80,7 +80,6 @@ def measure(model_spec, target, calibration, timeout, keep_tosa=None):
 
     from ethosu_ng import EthosUNGCompileSpec
     from ethosu_ng.export import quantize
-    from ethosu_ng.tosa_optimize.pipeline import RESCALE_REWRITES, optimize
 
     model, x, force = load(model_spec)
     g = torch.Generator().manual_seed(1)
@@ -106,10 +105,42 @@ def measure(model_spec, target, calibration, timeout, keep_tosa=None):
             name = f"{model_spec.replace(':', '_').replace('/', '_')}_{target}_{k}.tosa"
             with open(os.path.join(keep_tosa, name), "wb") as f:
                 f.write(t)
+    out.update(ours(tosas, target))
+    return out
+
+
+def ours(tosas, target):
+    """Our figures from upstream's lowering of each partition, without and with the rescale
+    rewrites; what still stands alone after them, by pattern (``rescale_report``)."""
+    from ethosu_ng import EthosUNGCompileSpec
+    from ethosu_ng.tosa_optimize.pipeline import RESCALE_REWRITES, optimize
+    from ethosu_ng.tosa_optimize.rescale_report import standalone_rescales, summarize
+    from ethosu_ng.vela.compiler import compile_tosa
+
+    out = {}
     for label, disabled in (("ours_no_rescale_rewrites", RESCALE_REWRITES), ("ours", ())):
         graphs = [optimize(t, disabled=disabled).tosa for t in tosas]
         cycles, rescale, n = vela_cycles(graphs, target)
         out[label] = {"cycles": cycles, "rescale": rescale, "rescale_layers": n}
+    left = []
+    for k, g in enumerate(graphs):
+        r = compile_tosa(g, EthosUNGCompileSpec(target), f"p{k}")
+        left += standalone_rescales(g, r.layers, target)
+    out["ours"]["left"] = summarize(left)
+    return out
+
+
+def kept_tosa(keep_tosa, model_spec, target):
+    """The partitions' TOSA a run with ``--keep-tosa`` wrote, in order; [] if none."""
+    prefix = f"{model_spec.replace(':', '_').replace('/', '_')}_{target}_"
+    if not keep_tosa or not os.path.isdir(keep_tosa):
+        return []
+    names = [n for n in os.listdir(keep_tosa) if n.startswith(prefix) and n.endswith(".tosa")]
+    names.sort(key=lambda n: int(n[len(prefix) : -len(".tosa")]))
+    out = []
+    for n in names:
+        with open(os.path.join(keep_tosa, n), "rb") as f:
+            out.append(f.read())
     return out
 
 
@@ -151,6 +182,12 @@ def main():
     ap.add_argument("--timeout", type=int, default=3600)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "rescale_cycles.jsonl"))
     ap.add_argument("--keep-tosa", metavar="DIR", help="write each partition's TOSA here")
+    ap.add_argument(
+        "--recompute",
+        action="store_true",
+        help="redo our rows of the models in --out from the TOSA --keep-tosa kept (upstream's "
+        "rows and the lowering are not rerun)",
+    )
     ap.add_argument("--table", action="store_true", help="print the table of --out and exit")
     args = ap.parse_args()
 
@@ -158,7 +195,15 @@ def main():
     if os.path.exists(args.out):
         with open(args.out) as f:
             done = [json.loads(line) for line in f if line.strip()]
-    if not args.table:
+    if args.recompute:
+        for r in done:
+            tosas = kept_tosa(args.keep_tosa, r["model"], r["target"])
+            if r["model"] in args.models and r["target"] in args.targets and tosas:
+                r.update(ours(tosas, r["target"]))
+                print(json.dumps(r), flush=True)
+        with open(args.out, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in done)
+    elif not args.table:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         for model in args.models:
             for target in args.targets:
@@ -173,6 +218,12 @@ def main():
                 print(json.dumps(r), flush=True)
     wanted = [r for r in done if r["model"] in args.models and r["target"] in args.targets]
     print(table(wanted))
+    for r in wanted:
+        for g in r.get("ours", {}).get("left", []):
+            print(
+                f"<!-- {r['model']} {r['target']} left: {g['npu_cycles']:,} cycles, "
+                f"{g['layers']} layer(s): {g['pattern']}; {g['blocker']} -->"
+            )
 
 
 if __name__ == "__main__":
