@@ -352,3 +352,23 @@ def test_readme_export_snippet_runs_as_written(tmp_path):
     proc = proc_ok(run_python(code, tmp_path))
     assert "delegate" in proc.stdout and (tmp_path / "model.pte").stat().st_size > 0
     assert (tmp_path / "model.report.json").exists()
+
+
+@pytest.mark.slow
+def test_example_script_writes_the_program_its_report_and_runs_a_frame(tmp_path):
+    """examples/export_mobilenet_v2.py as a user runs it: the .pte, its report and the C files,
+    then one camera frame (uint8 HWC bytes) through the host runtime."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "export_mobilenet_v2.py"), "-o", "m.pte"]
+        + ["--emit-c", "fw", "--calibration", "1"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = json.loads((tmp_path / "m.report.json").read_text())
+    assert rep["program_io"]["inputs"][0]["layout"] == "nhwc"
+    assert rep["program_io"]["inputs"][0]["dtype"] == "uint8"
+    assert "#define M_INPUT_0_LAYOUT_NHWC 1" in (tmp_path / "fw" / "m.h").read_text()
+    assert re.search(r"^class \d+, score ", proc.stdout, re.M)
