@@ -133,6 +133,34 @@ def test_u85_attention_matmul_bit_exact(target):
         method.execute(_inputs(example, seed), f"attention {target} seed {seed}")
 
 
+@pytest.mark.parametrize("target", U85_TARGETS)
+@pytest.mark.parametrize("cin, cout, kernel", [(32, 16, 3), (8, 16, 5)])
+def test_u85_sparse_weights_bit_exact(cin, cout, kernel, target):
+    """Weights with two zeros in every four input channels: Vela encodes them 2:4 sparse
+    (WEIGHT_FORMAT bit 4, with or without fast weight decode), whose weight order differs."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(cin, cout, kernel).eval()
+    with torch.no_grad():
+        conv.weight.view(cout, cin // 4, 4, kernel, kernel)[:, :, :2] = 0
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randn(1, cin, 10, 10, generator=g),) for _ in range(3)]
+    spec = EthosUNGCompileSpec(target, embed_tosa=True, verify_npu=False)
+    q = quantize(conv, data[0], spec, calibration=data)
+    pte = lower(q, data[0], spec)[0].to_executorch().buffer
+    assert _delegates(pte) == 1
+    from ethosu_ng.adapters.exir import pte_delegate_payloads
+    from ethosu_ng.blob import DelegateBlob
+
+    (payload,) = [DelegateBlob.from_bytes(d).command_stream for _, d in pte_delegate_payloads(pte)]
+    _, words = cmd_stream(payload)
+    formats = {p for _, _, op, is1, p, _ in commands(words) if op == 0x12E and not is1}
+    assert formats and all(f & 0x10 for f in formats), formats  # WEIGHT_FORMAT: sparse
+    method = CrossCheckedMethod(pte, target)
+    assert method.runs_npu_model
+    for batch in data[1:]:
+        method.execute(batch, f"sparse conv {cin}->{cout} k{kernel} {target}")
+
+
 # ------------------------------------------------------------------ random convolutions
 N_CONVS = int(os.environ.get("ETHOSU_NG_U85_CONV_EXAMPLES", "6"))
 

@@ -21,6 +21,7 @@ struct U85WeightLayout {
   int ofm_block_depth, ifm_block_depth;
   int ofm_ublock_depth, ifm_ublock_depth;
   int sub_kernel_round;
+  int ifm_step; // IFM channels per innermost group: 1 depthwise, 16 with 2:4 sparsity, else 8
   int dw_padding; // extra zero slots after every sub-kernel group of a depthwise stream
   int decomp_x, decomp_y;
   bool depthwise;
@@ -64,7 +65,7 @@ void traverse_u85_weights(const U85WeightLayout& L, Fn&& fn) {
                     for (int kxi = 0; kxi < skw; ++kxi) {
                       const int kx = ky % 2 == 0 ? kxi : skw - 1 - kxi;
                       --remaining;
-                      const int step = L.depthwise ? 1 : 8;
+                      const int step = L.ifm_step;
                       for (int ii = 0; ii < L.ifm_ublock_depth; ii += step) {
                         for (int oz = L.core * kInterleave; oz < L.ofm_ublock_depth;
                              oz += kInterleave * L.cores) {
@@ -158,10 +159,13 @@ Error Model::u85_conv(bool depthwise) {
   if ((wf & ~0x11u) != 0) {
     return fail(Error::InvalidProgram, "WEIGHT_FORMAT 0x%04x: reserved bits", wf);
   }
-  if (wf & 0x10) {
-    return fail(Error::NotSupported, "WEIGHT_FORMAT 0x%04x: 2:4 sparse weights not modelled", wf);
-  }
+  // 2:4 sparsity changes the weight order only (the stream still holds every
+  // weight; the hardware skips the zeros).
+  const bool sparse = wf & 0x10;
   const bool fast = wf & 1;
+  if (sparse && depthwise) {
+    return fail(Error::InvalidProgram, "WEIGHT_FORMAT 0x%04x: 2:4 sparsity on a depthwise", wf);
+  }
   if (fast && depthwise) {
     return fail(Error::InvalidProgram, "WEIGHT_FORMAT 0x%04x: fast weight decode on a depthwise",
                 wf);
@@ -234,6 +238,7 @@ Error Model::u85_conv(bool depthwise) {
   L.decomp_y = 8 / dil_y;
   L.cores = cores_;
   L.dw_padding = macs_per_cc <= 256 ? 0 : macs_per_cc <= 512 ? 2 : 6;
+  L.ifm_step = depthwise ? 1 : sparse ? 16 : 8;
   if (depthwise) {
     L.stride_x = stride_x;
     L.stride_y = stride_y;
@@ -245,12 +250,12 @@ Error Model::u85_conv(bool depthwise) {
     L.stride_y = stride_y;
     L.ifm_block_depth = 16;
     L.ifm_ublock_depth = 16;
-    L.sub_kernel_round = 5;
+    L.sub_kernel_round = sparse ? 10 : 5;
   } else {
     L.stride_x = 1;
     L.stride_y = 1;
     L.ifm_block_depth =
-        (macs_per_cc <= 256 && L.ofm_ublock_depth == 16) ? 32 : 64;
+        sparse ? 128 : (macs_per_cc <= 256 && L.ofm_ublock_depth == 16) ? 32 : 64;
     L.ifm_ublock_depth = L.ifm_block_depth;
     L.sub_kernel_round = 1;
   }
