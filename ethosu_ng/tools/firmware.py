@@ -296,14 +296,14 @@ def build_image(
     ``memory_plan.memory_plan(pte)``; the pools are its sizes, the method allocator the host
     measurement, an upper bound on the target's). ``omit_kernels``: operators whose kernels are
     left out (to test that the image refuses such a program cleanly)."""
-    from ethosu_ng import api
+    from ethosu_ng.adapters import exir
     from ethosu_ng.memory_plan import memory_plan
     from ethosu_ng.tools.emit_c import emit_c
 
     check_tools()
     pte = bytes(pte)
     et = executorch_tree(executorch_src)
-    operators = tuple(api.program_operators(pte))
+    operators = tuple(exir.pte_operators(pte))
     unknown = [op for op in omit_kernels if op not in operators]
     if unknown:
         raise FirmwareError(f"omit_kernels: the program calls no {', '.join(unknown)}")
