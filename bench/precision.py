@@ -148,7 +148,7 @@ def main():
             want = _flat(model(*test))
         for config in args.configs:
             key = f"{spec_str}|{args.target}|{config}|{args.no_lower}"
-            if key not in done:
+            if key not in done or "error" in done[key]:  # a failed row is run again
                 t0 = time.time()
                 q = quantize_for(config, model, x, calib, args.target)
                 with torch.no_grad():

@@ -115,13 +115,17 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
                 self.set_module_name(key, config)
             else:
                 self.set_module_type(key, config)
-        # Upstream's uint8 IO config gives x -> Q(u8) -> DQ(u8) -> Q(i8) ..., i.e. an unsigned
-        # RESCALE at the edge and int8 everywhere inside; applied per side.
+        # An IO dtype other than the interior's gets its own config at the program's edge:
+        # x -> Q(u8) -> DQ(u8) -> Q(i8) ... (upstream's uint8 IO config), likewise int8 IO of an
+        # int16 interior and int16 IO of an int8 one; the dtype change is a RESCALE inside the
+        # delegate. Applied per side.
         inputs_finder, outputs_finder = upstream.io_node_finders()
-        if input_dtype == torch.uint8:
-            self.set_node_finder(upstream.get_uint8_io_quantization_config(), inputs_finder)
-        if output_dtype == torch.uint8:
-            self.set_node_finder(upstream.get_uint8_io_quantization_config(), outputs_finder)
+        for dtype, finder in ((input_dtype, inputs_finder), (output_dtype, outputs_finder)):
+            if dtype is not None and dtype != activation_dtype:
+                io_config = upstream.io_quantization_config(
+                    dtype, activation_config(dtype if dtype != torch.uint8 else torch.int8)
+                )
+                self.set_node_finder(io_config, finder)
 
     def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
         # Before upstream's avg_pool2d decomposition, whose pool + multiply rounds twice.

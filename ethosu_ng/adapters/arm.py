@@ -36,6 +36,7 @@ __all__ = [
     "get_uint8_io_quantization_config",
     "int16_table",
     "io_node_finders",
+    "io_quantization_config",
     "is_marked_quantized",
     "list_argument_input_qparams",
     "lower_to_tosa",
@@ -54,6 +55,18 @@ def upstream_compile_spec(spec: EthosUNGCompileSpec) -> EthosUCompileSpec:
         memory_mode=spec.memory_mode,
         extra_flags=list(spec.extra_vela_flags),
     )
+
+
+def io_quantization_config(dtype: torch.dtype, activation_config):
+    """The config for program inputs or outputs of ``dtype``: upstream's uint8 IO config, or the
+    activation spec of ``activation_config`` (int8 or int16) for a program whose interior has the
+    other width (a RESCALE at the edge, inside the delegate)."""
+    if dtype == torch.uint8:
+        return get_uint8_io_quantization_config()
+    from executorch.backends.arm.quantizer.quantization_config import TOSAQuantizationConfig
+
+    act = activation_config.output_activation
+    return TOSAQuantizationConfig(act, act, None, None)
 
 
 def io_node_finders():
