@@ -1,0 +1,279 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Precision advisor: which modules to run with int16 activations, chosen by measurement.
+
+``advise`` quantizes the model all-int8 and all-int16 and lowers both, which gives the SQNR
+(against the float model) each precision reaches and, from Vela's per-layer estimate attributed
+to ``nn.Module``s (``module_profile``), the NPU cycles each candidate module costs in either.
+It then measures each candidate's SQNR gain when it alone is int16 (one quantization each, no
+lowering), and adds candidates in order of gain per extra cycle while the estimated cycles stay
+within ``cycle_budget`` times the all-int8 cycles, re-measuring the SQNR of the set after each
+addition, until the set reaches ``gain_share`` of the all-int16 gain. The chosen set is lowered
+once more to report its real cycles. The table it decided from and the choice are returned (and
+written to the report by the CLI's ``--precision auto``), so a user can keep the choice as
+``EthosUNGQuantizer(spec, module_dtypes=advice.module_dtypes)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+
+from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.module_profile import at_depth
+
+# A candidate set is modules at one depth of the module tree: the shallowest depth with at
+# least this many modules that own NPU cycles (a transformer's blocks, a CNN's stages).
+MIN_CANDIDATES = 6
+MAX_DEPTH = 4
+
+
+@dataclass
+class ModuleRow:
+    module: str
+    sqnr_gain_db: float  # this module alone int16, over all-int8
+    int8_cycles: float
+    int16_cycles: float
+    chosen: bool = False
+
+    @property
+    def extra_cycles(self) -> float:
+        return self.int16_cycles - self.int8_cycles
+
+
+@dataclass
+class PrecisionAdvice:
+    int8_sqnr_db: float
+    int16_sqnr_db: float
+    chosen_sqnr_db: float
+    int8_cycles: float
+    int16_cycles: float
+    chosen_cycles: float
+    gain_share: float
+    cycle_budget: float
+    depth: int
+    rows: List[ModuleRow] = field(default_factory=list)
+
+    @property
+    def module_dtypes(self) -> Dict[str, torch.dtype]:
+        return {r.module: torch.int16 for r in self.rows if r.chosen}
+
+    @property
+    def reached(self) -> bool:
+        """The choice gives ``gain_share`` of the int16 gain within ``cycle_budget``."""
+        full = self.int16_sqnr_db - self.int8_sqnr_db
+        got = self.chosen_sqnr_db - self.int8_sqnr_db
+        return got >= self.gain_share * full and (
+            self.chosen_cycles <= self.cycle_budget * self.int8_cycles
+        )
+
+    def table(self) -> str:
+        lines = [
+            f"precision: int8 {self.int8_sqnr_db:.2f} dB {self.int8_cycles:,.0f} cycles; "
+            f"int16 {self.int16_sqnr_db:.2f} dB {self.int16_cycles:,.0f} cycles; "
+            f"chosen {self.chosen_sqnr_db:.2f} dB {self.chosen_cycles:,.0f} cycles "
+            f"({self.chosen_cycles / max(self.int8_cycles, 1):.2f}x int8; goal "
+            f"{self.gain_share:.0%} of the gain within {self.cycle_budget:.2f}x: "
+            f"{'reached' if self.reached else 'not reached'})",
+            f"{'module':<32} {'gain dB':>8} {'int8 cycles':>12} {'int16 cycles':>12}  int16",
+        ]
+        for r in sorted(self.rows, key=lambda r: -r.sqnr_gain_db):
+            lines.append(
+                f"{r.module:<32} {r.sqnr_gain_db:>8.2f} {r.int8_cycles:>12,.0f} "
+                f"{r.int16_cycles:>12,.0f}  {'yes' if r.chosen else '-'}"
+            )
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["module_dtypes"] = {k: "int16" for k in self.module_dtypes}
+        d["reached"] = self.reached
+        return d
+
+
+def sqnr_db(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> float:
+    """10 log10(signal power / error power) over all outputs."""
+    signal = sum(float(w.float().pow(2).sum()) for w in want)
+    noise = sum(float((g.float() - w.float()).pow(2).sum()) for g, w in zip(got, want))
+    return math.inf if noise == 0 else 10.0 * math.log10(signal / noise)
+
+
+def _outputs(module, batches) -> List[torch.Tensor]:
+    out = []
+    with torch.no_grad():
+        for batch in batches:
+            y = module(*batch)
+            out += list(y) if isinstance(y, (list, tuple)) else [y]
+    return out
+
+
+def _cycles_by_module(edge) -> Dict[str, float]:
+    gm = edge.exported_program().graph_module
+    cycles: Dict[str, float] = {}
+    for child in gm.children():
+        info = getattr(child, "meta", {}).get("_delegate_info_meta")
+        for layer in getattr(info, "layers", None) or []:
+            key = layer.get("module") or ""
+            cycles[key] = cycles.get(key, 0.0) + float(layer.get("npu_cycles") or 0)
+    return cycles
+
+
+def _candidates(model: torch.nn.Module, cycles: Dict[str, float]) -> Tuple[int, List[str]]:
+    names = {n for n, _ in model.named_modules() if n}
+    for depth in range(1, MAX_DEPTH + 1):
+        found = sorted({at_depth(m, depth) for m in cycles if m} & names)
+        if len(found) >= MIN_CANDIDATES or depth == MAX_DEPTH:
+            return depth, found
+    return MAX_DEPTH, []
+
+
+def choose(
+    rows: List[ModuleRow],
+    int8_sqnr: float,
+    int16_sqnr: float,
+    int8_cycles: float,
+    gain_share: float,
+    cycle_budget: float,
+    measure_set,
+    lower_set,
+    say=lambda line: None,
+) -> Tuple[float, float]:
+    """Mark the chosen ``rows`` and return (their SQNR, their real cycles).
+
+    Candidates with a gain go in by gain per extra cycle while the estimate (int8 cycles plus
+    each chosen module's extra) stays within budget, the set's SQNR measured after each
+    addition (gains do not add up: the int8 rest limits them), until ``gain_share`` of the
+    int16 gain is reached. The set is then lowered; while its real cycles (which include the
+    int8 <-> int16 requantizations at the set's borders) exceed the budget, the chosen module
+    with the least gain per extra cycle leaves it.
+    """
+    budget = cycle_budget * int8_cycles
+    goal = gain_share * (int16_sqnr - int8_sqnr)
+
+    def ratio(r: ModuleRow) -> float:
+        return r.sqnr_gain_db / max(r.extra_cycles, 1.0)
+
+    sqnr, estimate = int8_sqnr, int8_cycles
+    for r in sorted((r for r in rows if r.sqnr_gain_db > 0), key=lambda r: -ratio(r)):
+        if sqnr - int8_sqnr >= goal:
+            break
+        if estimate + max(r.extra_cycles, 0.0) > budget:
+            continue
+        r.chosen = True
+        estimate += max(r.extra_cycles, 0.0)
+        sqnr = measure_set([x.module for x in rows if x.chosen])
+        say(f"+ {r.module}: {sqnr:.2f} dB, about {estimate:,.0f} cycles")
+    cycles = int8_cycles
+    while any(r.chosen for r in rows):
+        cycles = lower_set([x.module for x in rows if x.chosen])
+        if cycles <= budget:
+            break
+        drop = min((r for r in rows if r.chosen), key=ratio)
+        drop.chosen = False
+        say(f"- {drop.module}: the set took {cycles:,.0f} cycles")
+        sqnr = (
+            measure_set([x.module for x in rows if x.chosen])
+            if any(r.chosen for r in rows)
+            else int8_sqnr
+        )
+        cycles = int8_cycles
+    return sqnr, cycles
+
+
+def advise(
+    model: torch.nn.Module,
+    example_inputs: Tuple[torch.Tensor, ...],
+    spec: EthosUNGCompileSpec,
+    calibration: Optional[Iterable[Tuple[torch.Tensor, ...]]] = None,
+    test_inputs: Optional[Sequence[Tuple[torch.Tensor, ...]]] = None,
+    candidates: Optional[Sequence[str]] = None,
+    gain_share: float = 0.9,
+    cycle_budget: float = 1.25,
+    log=None,
+) -> PrecisionAdvice:
+    """Choose the int16 modules (see the module docstring). ``test_inputs``: the batches SQNR is
+    measured on (default: the calibration batches); ``candidates``: module names to choose from
+    (default: one depth of the module tree); ``log``: a callable given progress lines."""
+    from ethosu_ng.export import lower, quantize
+
+    if not 0 < gain_share <= 1:
+        raise ValueError(f"gain_share must be in (0, 1], got {gain_share}")
+    if cycle_budget < 1:
+        raise ValueError(f"cycle_budget must be at least 1 (the int8 cycles), got {cycle_budget}")
+    if candidates is not None:
+        known = {n for n, _ in model.named_modules()}
+        unknown = [c for c in candidates if c not in known]
+        if unknown:
+            raise ValueError(f"precision candidates {unknown} are not modules of the model")
+    model = model.eval()
+    calibration = list(calibration) if calibration is not None else [tuple(example_inputs)]
+    tests = list(test_inputs) if test_inputs is not None else calibration
+    want = _outputs(model, tests)
+    say = log or (lambda line: None)
+
+    def measure(module_dtypes=None, activation_dtype=torch.int8) -> float:
+        q = quantize(
+            model,
+            example_inputs,
+            spec,
+            calibration=calibration,
+            activation_dtype=activation_dtype,
+            module_dtypes=module_dtypes,
+        )
+        return sqnr_db(_outputs(q, tests), want), q
+
+    def cycles_of(q) -> Dict[str, float]:
+        edge, _ = lower(q, example_inputs, spec)
+        return _cycles_by_module(edge)
+
+    s8, q8 = measure()
+    c8 = cycles_of(q8)
+    s16, q16 = measure(activation_dtype=torch.int16)
+    c16 = cycles_of(q16)
+    say(f"int8 {s8:.2f} dB, int16 {s16:.2f} dB")
+    if candidates is None:
+        depth, names = _candidates(model, c16)
+    else:
+        depth, names = 0, list(candidates)
+
+    def module_cycles(cycles, name):
+        return sum(v for m, v in cycles.items() if m == name or m.startswith(name + "."))
+
+    rows = []
+    for name in names:
+        gain = measure({name: torch.int16})[0] - s8
+        rows.append(ModuleRow(name, gain, module_cycles(c8, name), module_cycles(c16, name)))
+        say(f"{name}: {gain:+.2f} dB, {rows[-1].extra_cycles:+,.0f} cycles")
+
+    total8, total16 = sum(c8.values()), sum(c16.values())
+
+    def measure_set(chosen: Sequence[str]) -> float:
+        return measure({m: torch.int16 for m in chosen})[0]
+
+    def lower_set(chosen: Sequence[str]) -> float:
+        q = quantize(
+            model,
+            example_inputs,
+            spec,
+            calibration=calibration,
+            module_dtypes={m: torch.int16 for m in chosen},
+        )
+        return sum(cycles_of(q).values())
+
+    chosen_sqnr, chosen_cycles = choose(
+        rows, s8, s16, total8, gain_share, cycle_budget, measure_set, lower_set, say
+    )
+    return PrecisionAdvice(
+        s8,
+        s16,
+        chosen_sqnr,
+        total8,
+        total16,
+        chosen_cycles,
+        gain_share,
+        cycle_budget,
+        depth,
+        rows,
+    )

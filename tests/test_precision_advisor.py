@@ -1,0 +1,145 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The precision advisor picks int16 modules by measurement and keeps to its cycle budget."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from ethosu_ng import EthosUNGCompileSpec
+from ethosu_ng.export import quantize
+from ethosu_ng.precision import ModuleRow, advise, choose
+
+
+class Mixer(nn.Module):
+    """Token-mixing residual block whose normalisation and softmax lose most in int8."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return x + torch.softmax(self.fc(self.norm(x)) * 4, -1)
+
+
+class Stack(nn.Module):
+    def __init__(self, depth: int = 6, dim: int = 16):
+        super().__init__()
+        self.blocks = nn.Sequential(*[Mixer(dim) for _ in range(depth)])
+        self.head = nn.Linear(dim, 4)
+
+    def forward(self, x):
+        return self.head(self.blocks(x))
+
+
+def _setup(seed=0):
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    calib = [(torch.randn(1, 8, 16, generator=g) * 3,) for _ in range(2)]
+    spec = EthosUNGCompileSpec("ethos-u85-256", verify_npu=False, verify_lowering=False)
+    return Stack().eval(), calib, spec
+
+
+def _rows():
+    # module, gain alone (dB), int8 cycles, int16 cycles
+    return [
+        ModuleRow("a", 3.0, 100, 110),
+        ModuleRow("b", 2.0, 100, 220),
+        ModuleRow("c", 1.0, 100, 105),
+        ModuleRow("d", 0.0, 100, 100),
+        ModuleRow("e", -0.5, 100, 101),
+    ]
+
+
+def _fake(border_cycles: float):
+    """SQNR of a set: the sum of its gains; its real cycles: int8 + extras + a border cost per
+    module (the int8 <-> int16 requantizations the per-module figures do not contain)."""
+    rows = {r.module: r for r in _rows()}
+    measured, lowered = [], []
+
+    def measure_set(chosen):
+        measured.append(list(chosen))
+        return 10.0 + sum(rows[m].sqnr_gain_db for m in chosen)
+
+    def lower_set(chosen):
+        lowered.append(list(chosen))
+        return 500 + sum(rows[m].extra_cycles + border_cycles for m in chosen)
+
+    return measure_set, lower_set, measured, lowered
+
+
+def test_choice_by_gain_per_cycle_until_the_goal():
+    rows = _rows()
+    measure_set, lower_set, measured, _ = _fake(0)
+    sqnr, cycles = choose(rows, 10.0, 16.0, 500, 0.9, 1.25, measure_set, lower_set)
+    # a (0.3 dB/cycle), then c (0.2); b (120 extra cycles) would break 625; d, e gain nothing.
+    assert [r.module for r in rows if r.chosen] == ["a", "c"]
+    assert sqnr == 14.0 and cycles == 515
+    assert measured == [["a"], ["a", "c"]]
+
+
+def test_choice_backs_off_when_the_real_cycles_break_the_budget():
+    rows = _rows()
+    measure_set, lower_set, _, lowered = _fake(border_cycles=60)
+    sqnr, cycles = choose(rows, 10.0, 16.0, 500, 0.9, 1.25, measure_set, lower_set)
+    assert cycles <= 1.25 * 500, cycles
+    # a + c cost 500 + 15 + 120 = 635 > 625: c (the smaller gain per cycle) leaves.
+    assert [r.module for r in rows if r.chosen] == ["a"] and sqnr == 13.0 and cycles == 570
+    assert lowered == [["a", "c"], ["a"]]
+
+
+def test_choice_stops_once_the_goal_is_reached():
+    rows = _rows()
+    measure_set, lower_set, measured, _ = _fake(0)
+    choose(rows, 10.0, 13.0, 500, 0.9, 1.25, measure_set, lower_set)  # goal: 2.7 dB
+    assert [r.module for r in rows if r.chosen] == ["a"] and measured == [["a"]]
+
+
+@pytest.fixture(scope="module")
+def advice():
+    model, calib, spec = _setup()
+    return advise(model, calib[0], spec, calibration=calib), model, calib, spec
+
+
+@pytest.mark.slow
+def test_the_advice_is_measured_and_kept_to_its_budget(advice):
+    a, model, calib, spec = advice
+    # Depth 2 of the module tree: the first with six modules that own NPU cycles.
+    assert [r.module for r in a.rows] == [f"blocks.{k}" for k in range(6)] + ["head"]
+    assert a.int16_sqnr_db > a.int8_sqnr_db  # the premise: int16 is worth something here
+    assert a.int16_cycles > a.int8_cycles
+    assert all(r.int8_cycles > 0 and r.int16_cycles > 0 for r in a.rows)
+    assert a.chosen_cycles <= a.cycle_budget * a.int8_cycles
+    if a.reached:
+        assert a.chosen_sqnr_db - a.int8_sqnr_db >= a.gain_share * (
+            a.int16_sqnr_db - a.int8_sqnr_db
+        )
+    # The choice is a quantizer argument a user keeps; it reproduces the measured SQNR.
+    from ethosu_ng.precision import _outputs, sqnr_db
+
+    q = quantize(model, calib[0], spec, calibration=calib, module_dtypes=a.module_dtypes)
+    assert sqnr_db(_outputs(q, calib), _outputs(model, calib)) == pytest.approx(
+        a.chosen_sqnr_db, abs=1e-6
+    )
+    table = a.table()
+    assert all(r.module in table for r in a.rows) and "chosen" in table
+    assert a.as_dict()["module_dtypes"] == {k: "int16" for k in a.module_dtypes}
+
+
+@pytest.mark.slow
+def test_no_cycle_budget_means_no_module_that_costs_cycles():
+    model, calib, spec = _setup(1)
+    a = advise(model, calib[0], spec, calibration=calib, cycle_budget=1.0)
+    assert all(r.extra_cycles <= 0 for r in a.rows if r.chosen), a.table()
+
+
+def test_bad_advisor_arguments_name_the_culprit():
+    model, calib, spec = _setup()
+    with pytest.raises(ValueError, match="cycle_budget"):
+        advise(model, calib[0], spec, cycle_budget=0.5)
+    with pytest.raises(ValueError, match="gain_share"):
+        advise(model, calib[0], spec, gain_share=0)
+    with pytest.raises(ValueError, match=r"\['blocks\.9'\] are not modules"):
+        advise(model, calib[0], spec, candidates=["blocks.9"])
