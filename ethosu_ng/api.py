@@ -23,7 +23,8 @@ import torch
 from ethosu_ng.io_layout import Asked
 
 DEFAULT_TARGET = "ethos-u55-128"
-DTYPES = {"int8": torch.int8, "uint8": torch.uint8}
+DTYPES = {"int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16}
+PRECISIONS = ("int8", "int16", "auto")
 # Ops the runtime supplies itself: the delegate call, and ops ExecuTorch executes without a
 # registered kernel.
 _NO_KERNEL_NEEDED = frozenset({"executorch_prim::et_view.default"})
@@ -255,10 +256,10 @@ def _dtype(d) -> Optional[torch.dtype]:
         return None
     if isinstance(d, str):
         if d not in DTYPES:
-            raise ValueError(f"IO dtype {d!r}: expected float, int8 or uint8")
+            raise ValueError(f"IO dtype {d!r}: expected float, int8, uint8 or int16")
         return DTYPES[d]
     if d not in DTYPES.values():
-        raise ValueError(f"IO dtype {d}: expected None, torch.int8 or torch.uint8")
+        raise ValueError(f"IO dtype {d}: expected None, torch.int8, torch.uint8 or torch.int16")
     return d
 
 
@@ -322,9 +323,12 @@ def build(
     output_layout: Asked = None,
     cpu_ops: Sequence = (),
     stage=_quiet,
+    activation_dtype: torch.dtype = torch.int8,
+    module_dtypes: Optional[Dict] = None,
 ):
-    """Quantize and lower with the IO dtypes and layouts asked; the layouts are checked on the
-    lowered program. Returns (edge, partitioner, quantized, example inputs as laid out)."""
+    """Quantize and lower with the IO dtypes, layouts and activation precision asked; the
+    layouts are checked on the lowered program. Returns (edge, partitioner, quantized, example
+    inputs as laid out)."""
     from ethosu_ng import io_layout
     from ethosu_ng.export import lower, quantize
 
@@ -345,6 +349,8 @@ def build(
         calib,
         _dtype(input_dtype),
         _dtype(output_dtype),
+        activation_dtype,
+        module_dtypes,
     )
     edge, part = stage("partition + Vela", lower, quantized, x, spec, cpu_ops)
     io_layout.check_program_layouts(edge, in_layouts, out_layouts)
@@ -382,6 +388,9 @@ def compile(  # noqa: A001 - the verb of the command line
     calibration: Union[int, Iterable] = 4,
     seed: int = 0,
     allow_missing_kernels: bool = False,
+    precision: str = "int8",
+    int16_modules: Sequence[str] = (),
+    precision_budget: float = 1.25,
     stage=_quiet,
     **spec_options,
 ) -> CompileResult:
@@ -395,7 +404,11 @@ def compile(  # noqa: A001 - the verb of the command line
     ``EthosUNGCompileSpec`` fields (``system_config``, ``memory_mode``, ``extra_vela_flags``,
     ``sram_budget``, ``embed_tosa``, ``verify_npu``, ...). A CPU op without a kernel in the host
     runtime raises ``MissingKernelError`` unless ``allow_missing_kernels`` (firmware that links
-    its own kernels). ``stage(name, fn, *args)`` runs each stage (the CLI prints progress).
+    its own kernels). ``precision``: activations ``"int8"``, ``"int16"`` (a16w8) or ``"auto"``
+    (``ethosu_ng.precision.advise`` picks the int16 modules within ``precision_budget`` times
+    the int8 NPU cycles; its table is the report's ``precision``); ``int16_modules``: module
+    names made int16 in an int8 model. ``stage(name, fn, *args)`` runs each stage (the CLI
+    prints progress).
     """
     from ethosu_ng import io_layout
     from ethosu_ng.adapters import exir
@@ -411,9 +424,25 @@ def compile(  # noqa: A001 - the verb of the command line
         check_model_spec(model)
     if isinstance(calibration, int) and not isinstance(calibration, bool) and calibration < 1:
         raise ValueError(f"calibration {calibration}: at least 1 batch")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    if precision != "int8" and int16_modules:
+        raise ValueError(f"int16 modules are for an int8 model, not precision {precision!r}")
+    if not precision_budget >= 1:
+        raise ValueError(f"precision budget {precision_budget}: at least 1 (the int8 cycles)")
 
     net, x = stage("load", load, model, example_inputs, seed)
     calib = _calibration(calibration, x, seed)
+    activation_dtype = torch.int16 if precision == "int16" else torch.int8
+    module_dtypes = {m: torch.int16 for m in int16_modules}
+    advice = None
+    if precision == "auto":
+        from ethosu_ng.precision import advise
+
+        advice = stage(
+            "precision advisor", advise, net, x, spec, calib, cycle_budget=precision_budget
+        )
+        module_dtypes = advice.module_dtypes
     edge, part, quantized, x = build(
         net,
         x,
@@ -425,6 +454,8 @@ def compile(  # noqa: A001 - the verb of the command line
         output_layout,
         cpu_ops,
         stage,
+        activation_dtype,
+        module_dtypes,
     )
     name = model if isinstance(model, str) else type(model).__name__
     # From the lowered program, before serialization rewrites it (memory planning).
@@ -466,7 +497,12 @@ def compile(  # noqa: A001 - the verb of the command line
         "memory_mode": spec.memory_mode,
         "extra_vela_flags": list(spec.extra_vela_flags),
         "sram_budget": spec.sram_budget,
+        "precision": precision,
+        "int16_modules": sorted(module_dtypes),
     }
+    if advice is not None:
+        rep["precision"] = advice.as_dict()
+        rep["precision"]["table"] = advice.table()
     rep["io_transposes"] = [
         dict(delegate=d["name"], **io_layout.io_transposes(d)) for d in rep["delegates"]
     ]

@@ -249,3 +249,39 @@ def test_a_planted_wrong_int16_table_is_caught(monkeypatch):
     )
     with pytest.raises(LoweringDeviation, match="differs from the quantized partition"):
         lower(q, batches[0], spec)
+
+
+# ------------------------------------------------------------------ compile API and CLI
+def test_compile_takes_the_precision_and_names_a_bad_one():
+    from ethosu_ng import api
+
+    x = _inputs("layernorm", 4, 8, 0)[0]
+    res = api.compile(
+        Block("layernorm", 8).eval(),
+        x,
+        "ethos-u55-128",
+        precision="int16",
+        input_dtype="int16",
+        output_dtype="int16",
+        calibration=2,
+    )
+    blob = DelegateBlob.from_bytes(exir.pte_delegate_payloads(res.pte)[0][1])
+    assert [s.dtype for s in blob.inputs + blob.outputs] == [torch.int16, torch.int16]
+    assert res.report["compile_args"]["precision"] == "int16"
+    model = Block("layernorm", 8).eval()
+    for kwargs, match in [
+        (dict(precision="int4"), "precision 'int4': expected one of int8, int16, auto"),
+        (dict(precision="int16", int16_modules=["norm"]), "int16 modules are for an int8"),
+        (dict(int16_modules=["nrom"]), r"\['nrom'\] match no module"),
+        (dict(precision="auto", precision_budget=0.5), "precision budget 0.5"),
+        (dict(input_dtype="int32"), "IO dtype 'int32'"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            api.compile(model, x, "ethos-u55-128", calibration=1, **kwargs)
+
+
+def test_cli_precision_budget_below_one_is_one_line(tmp_path):
+    from test_first_hour import TINY, assert_clean_error, cli
+
+    proc = cli("compile", TINY, "--precision", "auto", "--precision-budget", "0.5", cwd=tmp_path)
+    assert_clean_error(proc, "precision budget 0.5", code=1)

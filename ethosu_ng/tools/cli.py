@@ -121,7 +121,9 @@ def cmd_compile(args) -> int:
     if not os.path.isdir(out_dir):
         raise CliError(f"-o {out}: no directory {out_dir}")
     stages = Stages(
-        ["load", "calibrate + quantize", "partition + Vela", "serialize", "memory plan"]
+        ["load"]
+        + (["precision advisor"] if args.precision == "auto" else [])
+        + ["calibrate + quantize", "partition + Vela", "serialize", "memory plan"]
     )
     calibration = args.calibration
     if args.calibration_dir:
@@ -147,6 +149,9 @@ def cmd_compile(args) -> int:
                 calibration=calibration,
                 seed=args.seed,
                 allow_missing_kernels=args.allow_missing_kernels,
+                precision=args.precision,
+                int16_modules=args.int16_module or (),
+                precision_budget=args.precision_budget,
                 stage=stages.run,
                 **spec_options,
             )
@@ -159,6 +164,8 @@ def cmd_compile(args) -> int:
     if args.calibration_dir:
         result.report["compile_args"]["calibration_dir"] = args.calibration_dir
     written = result.save(out, emit_c=args.emit_c)
+    if "precision" in result.report:
+        print(result.report["precision"]["table"] + "\n")
     print(result.report.summary())
     print(f"\nwrote {', '.join(written)}")
     return 0
@@ -350,8 +357,28 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", help="timm:NAME, torchvision:NAME or path/to/file.py:factory")
     c.add_argument("--target", default="ethos-u55-128")
     c.add_argument("-o", "--output")
-    c.add_argument("--input-dtype", choices=["float", "int8", "uint8"], default="float")
-    c.add_argument("--output-dtype", choices=["float", "int8", "uint8"], default="float")
+    c.add_argument("--input-dtype", choices=["float", "int8", "uint8", "int16"], default="float")
+    c.add_argument("--output-dtype", choices=["float", "int8", "uint8", "int16"], default="float")
+    c.add_argument(
+        "--precision",
+        choices=["int8", "int16", "auto"],
+        default="int8",
+        help="activations int8, int16 (a16w8), or auto: the int16 modules the precision "
+        "advisor picks (docs/accuracy.md)",
+    )
+    c.add_argument(
+        "--int16-module",
+        action="append",
+        metavar="NAME",
+        help="a module (qualified name) with int16 activations in an int8 model (repeatable)",
+    )
+    c.add_argument(
+        "--precision-budget",
+        type=float,
+        default=1.25,
+        metavar="X",
+        help="--precision auto: at most X times the int8 NPU cycles (default 1.25)",
+    )
     c.add_argument(
         "--cpu-op", action="append", metavar="OP", help="keep this op on the CPU (repeatable)"
     )
