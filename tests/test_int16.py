@@ -285,3 +285,33 @@ def test_cli_precision_budget_below_one_is_one_line(tmp_path):
 
     proc = cli("compile", TINY, "--precision", "auto", "--precision-budget", "0.5", cwd=tmp_path)
     assert_clean_error(proc, "precision budget 0.5", code=1)
+
+
+def test_an_int16_partition_with_int48_biases_is_open_to_the_tosa_rewrites():
+    """An int16 convolution's bias is INT48: the TOSA optimiser's IR reads and writes it (the
+    values, negative ones included, unchanged; the graph bit-exact on the reference model), so
+    a16w8 partitions get the same TOSA rewrites as int8 ones."""
+    from ethosu_ng.tosa_optimize import graph as tosa_ir
+    from ethosu_ng.tosa_optimize.verify import check_bit_exact
+
+    spec = EthosUNGCompileSpec("ethos-u85-256", embed_tosa=True, tosa_optimize=False)
+    batches = _inputs("conv", 4, 8, 0)
+    model = Block("conv", 8).eval()
+    with torch.no_grad():
+        model.conv.bias.copy_(torch.linspace(-3, 3, 8))
+    q = quantize(model, batches[0], spec, calibration=batches, activation_dtype=torch.int16)
+    edge, _ = lower(q, batches[0], spec)
+    (blob_bytes, _, _), *_ = lowered_delegates(edge)
+    raw = DelegateBlob.from_bytes(blob_bytes).tosa
+    graph = tosa_ir.read(raw)
+    int48 = [n for n, t in graph.tensors.items() if t.dtype == "INT48" and t.data is not None]
+    assert int48
+    values = {n: graph.const_array(n) for n in int48}
+    assert any((v < 0).any() for v in values.values()) and any(
+        (v > 0).any() for v in values.values()
+    )
+    written = tosa_ir.write(graph)
+    again = tosa_ir.read(written)
+    for n in int48:
+        np.testing.assert_array_equal(again.const_array(n), values[n])
+    check_bit_exact(raw, written, what="INT48 round trip")

@@ -31,6 +31,24 @@ _IMPURE = frozenset(
 )
 _NUMPY_DTYPE = {"BOOL": "u1", "INT8": "i1", "INT16": "<i2", "INT32": "<i4", "INT64": "<i8"}
 _NUMPY_DTYPE.update({"FP32": "<f4", "FP16": "<f2", "SHAPE": "<i8"})
+# INT48 (the bias of an int16 convolution) is 6 little-endian bytes per value; numpy has no such
+# type, so its values are held as int64 (as the serializer takes them).
+_INT48 = "INT48"
+
+
+def _int48_values(raw: bytes) -> np.ndarray:
+    b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 6).astype(np.int64)
+    v = sum(b[:, k] << (8 * k) for k in range(6))
+    return np.where(v >= 1 << 47, v - (1 << 48), v)
+
+
+def _decoded(t) -> Optional[np.ndarray]:
+    """A constant's values: a numpy array of its dtype (int64 for INT48), None if not modelled."""
+    if t.dtype == _INT48:
+        return _int48_values(bytes(t.data))
+    if t.dtype not in _NUMPY_DTYPE:
+        return None
+    return np.frombuffer(bytes(t.data), dtype=_NUMPY_DTYPE[t.dtype])
 
 
 class UnsupportedGraph(ValueError):
@@ -98,10 +116,10 @@ class Graph:
                 return None
             return np.frombuffer(bytes(s.data), dtype="<i8").copy()
         t = self.tensors.get(name)
-        if t is None or t.data is None or t.dtype not in _NUMPY_DTYPE:
+        if t is None or t.data is None:
             return None
-        arr = np.frombuffer(bytes(t.data), dtype=_NUMPY_DTYPE[t.dtype]).copy()
-        return arr.reshape(t.shape)
+        arr = _decoded(t)
+        return None if arr is None else arr.copy().reshape(t.shape)
 
     def is_constant(self, name: str) -> bool:
         return self.tensors[name].data is not None
@@ -216,9 +234,10 @@ def _values(t: Tensor):
     """The serializer takes constant data as values of the tensor's dtype, not bytes."""
     if t.data is None:
         return None
-    if t.dtype not in _NUMPY_DTYPE:
+    values = _decoded(t)
+    if values is None:
         raise UnsupportedGraph(f"constant {t.name} has dtype {t.dtype}, which is not modelled")
-    return np.frombuffer(bytes(t.data), dtype=_NUMPY_DTYPE[t.dtype])
+    return values
 
 
 def _attr_fields(attr) -> Dict[str, Any]:
@@ -261,7 +280,7 @@ def read(flatbuffer: bytes) -> Graph:
             t.variable_name,
         )
     for t in tensors.values():
-        if t.data is not None and t.dtype not in _NUMPY_DTYPE:
+        if t.data is not None and t.dtype not in _NUMPY_DTYPE and t.dtype != _INT48:
             raise UnsupportedGraph(f"constant {t.name} has dtype {t.dtype}, which is not modelled")
     shapes: Dict[str, ShapeValue] = {}
     for name in block.shapes.keys():  # noqa: SIM118
