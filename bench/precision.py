@@ -4,11 +4,11 @@
     python bench/precision.py timm:deit_tiny_patch16_224 timm:mobilevit_xxs \
         --target ethos-u85-256 [--configs ours-int8 ours-a16w8 upstream-int8 upstream-a16w8]
 
-Each model gets the same calibration batches and the same held-out test batch (random, seeded).
+Each model gets the same calibration batches and the same held-out test batches (random, seeded).
 Per configuration:
 
 - ``eager SQNR``: the quantized model (after ``convert_pt2e``) against the float model on the
-  test batch, in dB (10 log10 of signal power over error power, over all outputs);
+  test batches (``--tests``), in dB (10 log10 of signal power over error power, over all outputs);
 - ``program SQNR`` (ours only): the lowered ``.pte`` run on the host runtime (the NPU model for
   Ethos-U55/U65 programs, the TOSA reference for U85) against the float model. Upstream's
   ``.pte`` carries its own backend, which the host cannot run;
@@ -82,7 +82,7 @@ def quantize_for(config: str, model, x, calib, target: str):
 
 
 def _child(which, program_path, target, force_cpu, queue):
-    """Lower in a spawned child; ours also runs the .pte on the test batch saved beside it."""
+    """Lower in a spawned child; ours also runs the .pte on the test batches saved beside it."""
     try:
         from compare_upstream import lower_ours, lower_upstream, measure
 
@@ -99,8 +99,8 @@ def _child(which, program_path, target, force_cpu, queue):
         if which != "upstream":
             from ethosu_ng.runtime import run_pte
 
-            test = torch.load(program_path + ".test.pt")
-            metrics["outputs"] = [o.clone() for o in run_pte(pte, list(test))]
+            tests = torch.load(program_path + ".test.pt")
+            metrics["outputs"] = [o.clone() for t in tests for o in run_pte(pte, list(t))]
         queue.put(("ok", metrics))
     except BaseException as e:  # report, never hang the parent
         queue.put(
@@ -116,12 +116,26 @@ def main():
     ap.add_argument("--target", default="ethos-u85-256")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     ap.add_argument("--calibration", type=int, default=4)
+    ap.add_argument(
+        "--tests", type=int, default=1, help="held-out batches SQNR is measured over (together)"
+    )
     ap.add_argument("--timeout", type=int, default=2400)
     ap.add_argument("--no-lower", action="store_true", help="eager SQNR only")
+    ap.add_argument(
+        "--int16-scale-floor",
+        type=float,
+        help="ours-a16w8 with this smallest int16 scale (quantizer.INT16_SCALE_FLOOR); "
+        "upstream's default is 2**-12",
+    )
     ap.add_argument("--resume", metavar="FILE", help="JSON file of finished rows")
     args = ap.parse_args()
 
     from compare_upstream import load, run_isolated
+
+    if args.int16_scale_floor is not None:
+        import ethosu_ng.quantizer
+
+        ethosu_ng.quantizer.INT16_SCALE_FLOOR = args.int16_scale_floor
 
     done = {}
     if args.resume and os.path.exists(args.resume):
@@ -143,21 +157,24 @@ def main():
         calib = [
             tuple(torch.randn(t.shape, generator=g) for t in x) for _ in range(args.calibration)
         ]
-        test = tuple(torch.randn(t.shape, generator=g) for t in x)
+        tests = [tuple(torch.randn(t.shape, generator=g) for t in x) for _ in range(args.tests)]
         with torch.no_grad():
-            want = _flat(model(*test))
+            want = [o for t in tests for o in _flat(model(*t))]
         for config in args.configs:
             key = f"{spec_str}|{args.target}|{config}|{args.no_lower}"
+            key += f"|tests {args.tests}" if args.tests != 1 else ""
+            if args.int16_scale_floor is not None and config == "ours-a16w8":
+                key += f"|floor {args.int16_scale_floor}"
             if key not in done or "error" in done[key]:  # a failed row is run again
                 t0 = time.time()
                 q = quantize_for(config, model, x, calib, args.target)
                 with torch.no_grad():
-                    eager = sqnr_db(_flat(q(*test)), want)
+                    eager = sqnr_db([o for t in tests for o in _flat(q(*t))], want)
                 r = {"eager": eager, "quantize_s": time.time() - t0}
                 if not args.no_lower:
                     path = os.path.join(workdir, f"{len(os.listdir(workdir))}.pt2")
                     torch.export.save(torch.export.export(q, x), path)
-                    torch.save(test, path + ".test.pt")
+                    torch.save(tests, path + ".test.pt")
                     who = "upstream" if config.startswith("upstream") else "ethosu_ng"
                     status, m = run_isolated(who, path, args.target, [], args.timeout, child=_child)
                     if status != "ok":
