@@ -165,13 +165,13 @@ def lower_upstream(ep, target, force_cpu):
     return edge, t, summaries, module_profile.data_movement(layers)
 
 
-def lower_ours(ep, target, force_cpu, tosa_optimize=True):
+def lower_ours(ep, target, force_cpu, tosa_optimize=True, embed_tosa=False):
     from executorch.exir import to_edge_transform_and_lower
 
     from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner, module_profile
     from ethosu_ng.vela import process as vela_process
 
-    spec = EthosUNGCompileSpec(target, tosa_optimize=tosa_optimize)
+    spec = EthosUNGCompileSpec(target, tosa_optimize=tosa_optimize, embed_tosa=embed_tosa)
     partitioner = EthosUNGPartitioner(spec, cpu_ops=force_cpu)
     # Vela's import (in our zygote) outside the timing, as upstream's is (at import).
     vela_process.prestart(wait=True)
