@@ -89,7 +89,7 @@ def _check(name: str, target: str) -> None:
     pte, blobs, example = _compiled(name, target)
     assert blobs, f"{name}: nothing was delegated"
     assert rt.model_unsupported(pte) is None
-    method = CrossCheckedMethod(pte, target)
+    method = CrossCheckedMethod(pte, target, with_model=True)
     assert method.runs_npu_model
     for seed in SEEDS:
         method.execute(_inputs(example, seed), f"{name} {target} seed {seed}")
@@ -127,7 +127,7 @@ def test_u85_attention_matmul_bit_exact(target):
     pte = lower(q, example, spec)[0].to_executorch().buffer
     assert _delegates(pte) >= 1
     assert rt.model_unsupported(pte) is None
-    method = CrossCheckedMethod(pte, target)
+    method = CrossCheckedMethod(pte, target, with_model=True)
     assert method.runs_npu_model
     for seed in SEEDS:
         method.execute(_inputs(example, seed), f"attention {target} seed {seed}")
@@ -155,7 +155,7 @@ def test_u85_sparse_weights_bit_exact(cin, cout, kernel, target):
     _, words = cmd_stream(payload)
     formats = {p for _, _, op, is1, p, _ in commands(words) if op == 0x12E and not is1}
     assert formats and all(f & 0x10 for f in formats), formats  # WEIGHT_FORMAT: sparse
-    method = CrossCheckedMethod(pte, target)
+    method = CrossCheckedMethod(pte, target, with_model=True)
     assert method.runs_npu_model
     for batch in data[1:]:
         method.execute(batch, f"sparse conv {cin}->{cout} k{kernel} {target}")
@@ -203,7 +203,7 @@ def test_u85_random_convolutions_bit_exact(cin, cout, kernel, stride, dilation, 
     pte = edge.to_executorch().buffer
     assert _delegates(pte) == 1
     assert rt.model_unsupported(pte) is None
-    method = CrossCheckedMethod(pte, size)
+    method = CrossCheckedMethod(pte, size, with_model=True)
     assert method.runs_npu_model
     for batch in data[:2]:
         method.execute(batch, f"conv {cin}->{cout} k{kernel} s{stride} d{dilation} dw={depthwise}")
