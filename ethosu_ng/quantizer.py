@@ -31,9 +31,9 @@ ModuleKey = Union[str, type]
 
 # Smallest int16 activation scale. Upstream's a16w8 default, 2**-12, floors the scale of every
 # activation whose range is under +-8 (attention probabilities, normalized tokens), which then
-# uses a few thousand of int16's 65535 steps; measured on timm deit_tiny (random weights, 4
-# random calibration images): eager quantized SQNR 21.0 dB with 2**-12, 28.6 dB with 1e-9
-# (bench/precision.py). At 2**-24 only a range under +-0.002 is floored.
+# uses a few thousand of int16's 65535 steps. The gain is data-dependent: timm deit_tiny (random
+# weights), three held-out batches together, 31.20 dB eager SQNR against 30.30 dB with 2**-12,
+# one of the three 1.06 dB lower (docs/accuracy.md, bench/precision.py).
 INT16_SCALE_FLOOR = 2.0**-24
 
 
