@@ -38,18 +38,6 @@ sys.path.insert(0, HERE)
 CONFIGS = ("ours-int8", "ours-a16w8", "upstream-int8", "upstream-a16w8")
 
 
-def sqnr_db(got, want) -> float:
-    got = [g.float().reshape(-1) for g in got]
-    want = [w.float().reshape(-1) for w in want]
-    signal = sum(float(w.pow(2).sum()) for w in want)
-    noise = sum(float((g - w).pow(2).sum()) for g, w in zip(got, want))
-    return float("inf") if noise == 0 else 10.0 * torch.log10(torch.tensor(signal / noise)).item()
-
-
-def _flat(out):
-    return list(out) if isinstance(out, (list, tuple)) else [out]
-
-
 def quantize_for(config: str, model, x, calib, target: str):
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -133,6 +121,8 @@ def main():
 
     from compare_upstream import load, run_isolated
 
+    from ethosu_ng.precision import batch_outputs, sqnr_db
+
     if args.int16_scale_floor is not None:
         import ethosu_ng.quantizer
 
@@ -160,7 +150,7 @@ def main():
         ]
         tests = [tuple(torch.randn(t.shape, generator=g) for t in x) for _ in range(args.tests)]
         with torch.no_grad():
-            want = [o for t in tests for o in _flat(model(*t))]
+            want = batch_outputs(model, tests)
         for config in args.configs:
             key = f"{spec_str}|{args.target}|{config}|{args.no_lower}"
             key += f"|tests {args.tests}" if args.tests != 1 else ""
@@ -170,7 +160,7 @@ def main():
                 t0 = time.time()
                 q = quantize_for(config, model, x, calib, args.target)
                 with torch.no_grad():
-                    eager = sqnr_db([o for t in tests for o in _flat(q(*t))], want)
+                    eager = sqnr_db(batch_outputs(q, tests), want)
                 r = {"eager": eager, "quantize_s": time.time() - t0}
                 if not args.no_lower:
                     path = os.path.join(workdir, f"{len(os.listdir(workdir))}.pt2")

@@ -100,7 +100,8 @@ def sqnr_db(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> float:
     return math.inf if noise == 0 else 10.0 * math.log10(signal / noise)
 
 
-def _outputs(module, batches) -> List[torch.Tensor]:
+def batch_outputs(module, batches) -> List[torch.Tensor]:
+    """Every output of ``module`` on every batch, in order (what ``sqnr_db`` compares)."""
     out = []
     with torch.no_grad():
         for batch in batches:
@@ -210,7 +211,7 @@ def advise(
     model = model.eval()
     calibration = list(calibration) if calibration is not None else [tuple(example_inputs)]
     tests = list(test_inputs) if test_inputs is not None else calibration
-    want = _outputs(model, tests)
+    want = batch_outputs(model, tests)
     say = log or (lambda line: None)
 
     def measure(module_dtypes=None, activation_dtype=torch.int8) -> float:
@@ -222,7 +223,7 @@ def advise(
             activation_dtype=activation_dtype,
             module_dtypes=module_dtypes,
         )
-        return sqnr_db(_outputs(q, tests), want), q
+        return sqnr_db(batch_outputs(q, tests), want), q
 
     def cycles_of(q) -> Dict[str, float]:
         edge, _ = lower(q, example_inputs, spec)

@@ -117,10 +117,10 @@ def test_the_advice_is_measured_and_kept_to_its_budget(advice):
             a.int16_sqnr_db - a.int8_sqnr_db
         )
     # The choice is a quantizer argument a user keeps; it reproduces the measured SQNR.
-    from ethosu_ng.precision import _outputs, sqnr_db
+    from ethosu_ng.precision import batch_outputs, sqnr_db
 
     q = quantize(model, calib[0], spec, calibration=calib, module_dtypes=a.module_dtypes)
-    assert sqnr_db(_outputs(q, calib), _outputs(model, calib)) == pytest.approx(
+    assert sqnr_db(batch_outputs(q, calib), batch_outputs(model, calib)) == pytest.approx(
         a.chosen_sqnr_db, abs=1e-6
     )
     table = a.table()

@@ -79,7 +79,7 @@ def _has_int16(gm) -> bool:
     from ethosu_ng.ops import QUANTIZE_OPS, op_name
 
     return any(
-        n.op == "call_function" and op_name(n.target) in QUANTIZE_OPS and torch.int16 in n.args
+        n.op == "call_function" and op_name(n.target) in QUANTIZE_OPS and n.args[-1] is torch.int16
         for n in gm.graph.nodes
     )
 
