@@ -123,8 +123,8 @@ def lower_upstream(ep, target, force_cpu):
     from torch.fx.passes.operator_support import OperatorSupportBase
 
     from ethosu_ng import EthosUNGCompileSpec, module_profile
-    from ethosu_ng.compiler.tosa_graph import tosa_ops
     from ethosu_ng.ops import op_name
+    from ethosu_ng.tosa_graph import tosa_ops
     from ethosu_ng.vela.compiler import compile_tosa
 
     class ForceCpu(OperatorSupportBase):

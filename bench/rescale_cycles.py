@@ -63,7 +63,7 @@ def _ours_tosa_child(which, program_path, target, force_cpu, queue):
 def vela_cycles(tosas, target):
     """(total NPU cycles, standalone RESCALE NPU cycles, standalone RESCALE layers)."""
     from ethosu_ng import EthosUNGCompileSpec, module_profile
-    from ethosu_ng.compiler.tosa_graph import tosa_ops
+    from ethosu_ng.tosa_graph import tosa_ops
     from ethosu_ng.vela.compiler import compile_tosa
 
     total, layers = 0, []

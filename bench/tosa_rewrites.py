@@ -42,7 +42,7 @@ def partition_tosa(model_spec: str, target: str):
 
 def vela_figures(tosas, target):
     from ethosu_ng import EthosUNGCompileSpec, module_profile
-    from ethosu_ng.compiler.tosa_graph import tosa_ops
+    from ethosu_ng.tosa_graph import tosa_ops
     from ethosu_ng.vela.compiler import compile_tosa
 
     cycles, layers = 0, []

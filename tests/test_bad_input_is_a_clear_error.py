@@ -9,8 +9,8 @@ from tosa.DType import DType
 
 from ethosu_ng import BoundaryContractError, EthosUNGCompileSpec, EthosUNGPartitioner, TensorSpec
 from ethosu_ng.compiler.io_check import check_io
-from ethosu_ng.compiler.tosa_graph import TosaTensorInfo
 from ethosu_ng.partitioning.delegate_io import DelegateIOSpec
+from ethosu_ng.tosa_graph import TosaTensorInfo
 from ethosu_ng.vela.compiler import VelaResult, VelaTensor
 
 

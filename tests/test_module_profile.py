@@ -11,7 +11,6 @@ from conftest import calibration_batches
 from models import AttentionBlock, SmallCNN
 
 from ethosu_ng import EthosUNGCompileSpec
-from ethosu_ng.compiler.tosa_graph import TosaOpInfo
 from ethosu_ng.export import lower, quantize
 from ethosu_ng.module_profile import (
     UNMAPPED,
@@ -25,6 +24,7 @@ from ethosu_ng.module_profile import (
 )
 from ethosu_ng.tools.cli import main
 from ethosu_ng.tools.report import build_report
+from ethosu_ng.tosa_graph import TosaOpInfo
 from ethosu_ng.vela.layers import VelaLayer
 
 

@@ -117,7 +117,7 @@ def _count(tosa: bytes, op: str) -> int:
 
 def _vela(tosa: bytes, target: str):
     """(standalone RESCALE layers, NPU cycles, VelaResult) of ``tosa`` compiled by Vela."""
-    from ethosu_ng.compiler.tosa_graph import tosa_ops
+    from ethosu_ng.tosa_graph import tosa_ops
     from ethosu_ng.vela.compiler import compile_tosa
 
     r = compile_tosa(tosa, EthosUNGCompileSpec(target), "t")
@@ -165,7 +165,7 @@ def run_npu_model(vela, arrays):
 def test_the_folded_square_runs_bit_exact_on_the_npu_model(zp):
     """Vela's stream for the rewritten square (the RESCALEs folded into the MUL's operand
     zero points) computes what TOSA does, on the U55 NPU model, at the int8 extremes."""
-    from ethosu_ng.compiler.tosa_graph import tosa_io
+    from ethosu_ng.tosa_graph import tosa_io
 
     tosa = optimize(square([1, 8, 8, 16], zp)).tosa
     rescales, _, vela = _vela(tosa, "ethos-u55-128")
@@ -236,7 +236,7 @@ def test_pool_minus_x_has_no_standalone_rescale(target):
 
 @pytest.mark.parametrize("zps", [(6, 6), (-128, 127), (127, -128)])
 def test_the_folded_sub_runs_bit_exact_on_the_npu_model(zps):
-    from ethosu_ng.compiler.tosa_graph import tosa_io
+    from ethosu_ng.tosa_graph import tosa_io
 
     tosa = optimize(add_sub("SUB", [1, 8, 8, 16], 19, 19, *zps, 2061775431, 50, -1)).tosa
     rescales, _, vela = _vela(tosa, "ethos-u55-128")

@@ -7,10 +7,10 @@ from _pte import CrossCheckedMethod
 from models import TinyClassifier
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, EthosUNGQuantizer, io_quantization
-from ethosu_ng.compiler.tosa_graph import tosa_io, tosa_ops
 from ethosu_ng.export import lower, quantize
 from ethosu_ng.numerics.tosa_reference import check_delegates, run_program_on_tosa
 from ethosu_ng.partitioning.boundary import float_boundary_tensors
+from ethosu_ng.tosa_graph import tosa_io, tosa_ops
 
 
 def images(n, seed):

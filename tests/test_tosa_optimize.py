@@ -11,7 +11,7 @@ from _tosa_builder import Builder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ethosu_ng.compiler.tosa_graph import tosa_io, tosa_ops
+from ethosu_ng.tosa_graph import tosa_io, tosa_ops
 from ethosu_ng.tosa_optimize import graph as tosa_ir
 from ethosu_ng.tosa_optimize import pipeline
 from ethosu_ng.tosa_optimize.pipeline import (

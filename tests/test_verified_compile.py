@@ -214,7 +214,7 @@ def test_a_stream_outside_its_region_is_invalid_and_a_model_gap_is_skipped(monke
 
 
 def _reference(blob):
-    from ethosu_ng.compiler.tosa_graph import tosa_io
+    from ethosu_ng.tosa_graph import tosa_io
 
     spec = EthosUNGCompileSpec("ethos-u55-128")
     return verify_npu.start_reference(blob.tosa, blob.inputs, tosa_io(blob.tosa)[0], spec)

@@ -10,10 +10,10 @@ from typing import List, Set
 
 from tosa.DType import DType
 
-from ethosu_ng.compiler.tosa_graph import TosaTensorInfo
 from ethosu_ng.partitioning.boundary import BoundaryContractError
 from ethosu_ng.partitioning.delegate_io import DelegateIOSpec
 from ethosu_ng.tensor_spec import CHANNELS_LAST, TensorSpec
+from ethosu_ng.tosa_graph import TosaTensorInfo
 from ethosu_ng.vela.compiler import VelaResult
 
 _TOSA_DTYPE_FOR = {1: DType.INT8, 2: DType.INT16, 4: DType.INT32}  # by element size

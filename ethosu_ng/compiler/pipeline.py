@@ -32,9 +32,9 @@ from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.compiler import verify_lowering, verify_npu
 from ethosu_ng.compiler.dropped_output import emit_shared_rank4_outputs_nhwc, may_drop_output
 from ethosu_ng.compiler.io_check import check_io, npu_dim_order
-from ethosu_ng.compiler.tosa_graph import tosa_io, tosa_ops
 from ethosu_ng.partitioning.boundary import BoundaryContractError
 from ethosu_ng.partitioning.delegate_io import DelegateIOSpec, declared_io
+from ethosu_ng.tosa_graph import tosa_io, tosa_ops
 from ethosu_ng.tosa_optimize import pipeline as tosa_optimize
 from ethosu_ng.vela import compiler as vela_compiler
 from ethosu_ng.vela.compiler import VelaError, VelaResult

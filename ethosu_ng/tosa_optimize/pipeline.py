@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
-from ethosu_ng.compiler.tosa_graph import tosa_io
 from ethosu_ng.passes.pipeline import ordered_without
+from ethosu_ng.tosa_graph import tosa_io
 from ethosu_ng.tosa_optimize import graph as tosa_ir
 from ethosu_ng.tosa_optimize.rewrites.add_operand_shift_to_result import AddOperandShiftToResult
 from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import CollapseTransposeRank

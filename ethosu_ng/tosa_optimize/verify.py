@@ -8,7 +8,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from ethosu_ng.compiler.tosa_graph import TosaTensorInfo, tosa_io
+from ethosu_ng.tosa_graph import TosaTensorInfo, tosa_io
 from ethosu_ng.tosa_optimize.graph import stdout_to_log
 
 _RANGES = {"INT8": (-128, 127, np.int8), "INT16": (-32768, 32767, np.int16)}
