@@ -95,7 +95,8 @@ def carve(
 
 
 def _tensor_digest(t: torch.Tensor) -> str:
-    t = t.detach().contiguous().cpu()
+    # Flattened first: a rank-0 tensor cannot be viewed as bytes of another element size.
+    t = t.detach().contiguous().cpu().reshape(-1)
     return hashlib.sha256(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"").hexdigest()
 
 
