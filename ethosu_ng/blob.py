@@ -29,6 +29,8 @@ DTYPE_CODES = {
     torch.int16: 3,
     torch.uint16: 4,
     torch.int32: 5,
+    # One byte per element, 0 or 1: what TOSA's BOOL and Vela's bool tensors hold.
+    torch.bool: 6,
 }
 CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
 MAX_RANK = 6  # shape and dim_order slots of an IO entry

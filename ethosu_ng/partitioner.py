@@ -230,7 +230,7 @@ class EthosUNGPartitioner(Partitioner):
     def partition(self, program: ExportedProgram) -> PartitionResult:
         report = PartitionReport()
         graph = program.graph_module.graph
-        contract = BoundaryContract(program)
+        contract = BoundaryContract(program, bool_crosses=not self.compile_spec.is_u55_subset)
         excluded: Dict[Node, str] = {}
         reporter = exir.WhyNoPartitionReporter()
         trial = _TrialCompiler(self, program, contract)

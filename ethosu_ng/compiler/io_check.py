@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import List, Set
 
+import torch
 from tosa.DType import DType
 
 from ethosu_ng.partitioning.boundary import BoundaryContractError
@@ -16,7 +17,16 @@ from ethosu_ng.tensor_spec import CHANNELS_LAST, TensorSpec
 from ethosu_ng.tosa_graph import TosaTensorInfo
 from ethosu_ng.vela.compiler import VelaResult
 
-_TOSA_DTYPE_FOR = {1: DType.INT8, 2: DType.INT16, 4: DType.INT32}  # by element size
+# The TOSA dtype of each boundary dtype: TOSA has no unsigned types (a uint8 entry is an INT8
+# tensor read with RESCALE's unsigned flag); a bool is BOOL, one byte of 0 or 1.
+_TOSA_DTYPE_FOR = {
+    torch.int8: DType.INT8,
+    torch.uint8: DType.INT8,
+    torch.int16: DType.INT16,
+    torch.uint16: DType.INT16,
+    torch.int32: DType.INT32,
+    torch.bool: DType.BOOL,
+}
 
 
 def check_io(
@@ -44,7 +54,7 @@ def check_io(
         out = []
         for k, (d, t, v) in enumerate(zip(decl, tosa, vel)):
             where = f"{name} {kind} {k} ({names[k] if k < len(names) else '?'})"
-            want_tosa = _TOSA_DTYPE_FOR.get(d.elem_size)
+            want_tosa = _TOSA_DTYPE_FOR.get(d.dtype)
             if t.dtype != want_tosa:
                 raise BoundaryContractError(
                     f"{where}: declared {d.dtype} but the TOSA graph {kind} is {t.dtype_name}"

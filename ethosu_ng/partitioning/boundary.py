@@ -1,9 +1,10 @@
 """BoundaryContract: what may cross a delegate boundary, enforced on partition tags.
 
 The contract (see README): every tensor entering or leaving a delegate is an integer tensor
-(int8/uint8/int16/int32); quantize nodes whose input comes from outside and dequantize nodes that
-feed outside run on the CPU; no floating-point tensor ever crosses. ``shrink`` removes nodes from
-a proposed partition until that holds; ``verify_tags`` checks a whole tagged program and raises
+(int8/uint8/int16/uint16/int32, and bool where the target has bool tensors: Ethos-U85);
+quantize nodes whose input comes from outside and dequantize nodes that feed outside run on the
+CPU; no floating-point tensor ever crosses. ``shrink`` removes nodes from a proposed partition
+until that holds; ``verify_tags`` checks a whole tagged program and raises
 ``BoundaryContractError`` naming the node otherwise.
 """
 
@@ -35,10 +36,10 @@ def is_float(node: Node) -> bool:
     return dt is not None and (dt.is_floating_point or dt.is_complex)
 
 
-def may_cross(node: Node) -> bool:
-    """A tensor may cross a delegate boundary only as int8/uint8/int16/uint16/int32."""
-    dt = tensor_dtype(node)
-    return dt is None or dt in BOUNDARY_DTYPES
+def crossing_dtypes(bool_crosses: bool) -> frozenset:
+    """The dtypes a tensor may cross a delegate boundary with: the integer dtypes, and bool on a
+    target whose TOSA profile has BOOL tensors (Ethos-U85; TOSA +u55 has none)."""
+    return BOUNDARY_DTYPES if bool_crosses else BOUNDARY_DTYPES - {torch.bool}
 
 
 def constant_names(program: ExportedProgram) -> Set[str]:
@@ -80,12 +81,29 @@ def node_order(n: Node) -> int:
     return graph._ethosu_ng_order.get(n, 0)
 
 
-class BoundaryContract:
-    """Shrinks partitions until their boundary is integer-only, then verifies it."""
+def _names(dtypes) -> str:
+    return ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
 
-    def __init__(self, program: ExportedProgram):
+
+class BoundaryContract:
+    """Shrinks partitions until their boundary is integer-only, then verifies it.
+
+    ``bool_crosses``: bool tensors may cross (the target's TOSA profile is not the +u55 subset)."""
+
+    def __init__(self, program: ExportedProgram, bool_crosses: bool = False):
         self.program = program
         self.constants = constant_names(program)
+        self.dtypes = crossing_dtypes(bool_crosses)
+
+    def _may_cross(self, node: Node) -> bool:
+        """Whether ``node``'s tensor may cross a boundary of this contract."""
+        dt = tensor_dtype(node)
+        return dt is None or dt in self.dtypes
+
+    def _why_not(self, dt: Optional[torch.dtype]) -> str:
+        if dt == torch.bool:
+            return " (the target has no bool tensors)"
+        return ""
 
     def why_excluded(self, n: Node, part: Set[Node]) -> Optional[str]:
         """Reason a node must leave ``part`` for the contract to hold, or None."""
@@ -98,10 +116,12 @@ class BoundaryContract:
         if isinstance(n.meta.get("val"), (list, tuple)) and any(u not in part for u in n.users):
             return "multi-output op whose getitem left the partition"
         for i in n.all_input_nodes:
-            if i not in part and not _is_constant(i, self.constants) and not may_cross(i):
-                return f"input {i.name} is {tensor_dtype(i)} from outside the partition"
-        if not may_cross(n) and any(u not in part for u in n.users):
-            return f"output is {tensor_dtype(n)} and leaves the partition"
+            if i not in part and not _is_constant(i, self.constants) and not self._may_cross(i):
+                dt = tensor_dtype(i)
+                return f"input {i.name} is {dt} from outside the partition{self._why_not(dt)}"
+        if not self._may_cross(n) and any(u not in part for u in n.users):
+            dt = tensor_dtype(n)
+            return f"output is {dt} and leaves the partition{self._why_not(dt)}"
         return None
 
     def shrink(self, part: Set[Node]) -> Dict[Node, str]:
@@ -122,9 +142,9 @@ class BoundaryContract:
         io = partition_io(part, self.constants)
         for k, i in enumerate(io.inputs):
             dt = tensor_dtype(i)
-            if dt not in BOUNDARY_DTYPES:
+            if dt not in self.dtypes:
                 raise BoundaryContractError(
-                    f"{tag}: input {k} ({i.name}) is {dt}, expected an integer tensor"
+                    f"{tag}: input {k} ({i.name}) is {dt}, expected one of {_names(self.dtypes)}"
                 )
         for k, o in enumerate(io.outputs):
             dt = tensor_dtype(o)
@@ -132,9 +152,9 @@ class BoundaryContract:
                 raise BoundaryContractError(
                     f"{tag}: multi-output node {o.name} leaves the partition whole"
                 )
-            if dt not in BOUNDARY_DTYPES:
+            if dt not in self.dtypes:
                 raise BoundaryContractError(
-                    f"{tag}: output {k} ({o.name}) is {dt}, expected an integer tensor"
+                    f"{tag}: output {k} ({o.name}) is {dt}, expected one of {_names(self.dtypes)}"
                 )
         return io
 

@@ -66,7 +66,15 @@ def _defines(prefix: str, plan: Dict[str, Any]) -> Tuple[str, ...]:
 
 
 # ExecuTorch ScalarType codes (executorch/runtime/core/portable_type/scalar_type.h).
-_SCALAR_TYPE = {"uint8": 0, "int8": 1, "int16": 2, "int32": 3, "float32": 6, "uint16": 27}
+_SCALAR_TYPE = {
+    "uint8": 0,
+    "int8": 1,
+    "int16": 2,
+    "int32": 3,
+    "float32": 6,
+    "bool": 11,
+    "uint16": 27,
+}
 
 
 def _io_contract(prefix: str, io: Optional[Dict[str, Any]]) -> Tuple[str, ...]:
@@ -77,7 +85,8 @@ def _io_contract(prefix: str, io: Optional[Dict[str, Any]]) -> Tuple[str, ...]:
     p = prefix.upper()
     lines = [
         "",
-        "/* IO contract. DTYPE: ExecuTorch ScalarType (0 Byte=uint8, 1 Char=int8, 6 Float);",
+        "/* IO contract. DTYPE: ExecuTorch ScalarType (0 Byte=uint8, 1 Char=int8, 6 Float,",
+        " * 11 Bool: one byte, 0 or 1);",
         " * DIM_k: logical sizes (N, C, H, W for rank 4); DIM_ORDER_k: the order the bytes are",
         " * laid out in (0,1,2,3 NCHW; 0,2,3,1 NHWC: channels interleaved, as a camera has them);",
         " * SCALE / ZERO_POINT: real = SCALE * (q - ZERO_POINT), integer tensors only. */",

@@ -58,6 +58,9 @@ bool scalar_type_for(uint8_t code, ScalarType* out) {
     case static_cast<uint8_t>(DType::kInt32):
       *out = ScalarType::Int;
       return true;
+    case static_cast<uint8_t>(DType::kBool):
+      *out = ScalarType::Bool;
+      return true;
     default:
       return false;
   }

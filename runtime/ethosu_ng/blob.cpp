@@ -124,7 +124,7 @@ BlobRule check_entry(const uint8_t* p, IoName n, unsigned scratch_size) {
   if (want_elem == 0) {
     ET_LOG(
         Error,
-        "ethosu_ng blob: %s %u: unknown dtype code %u (expected 1..5)",
+        "ethosu_ng blob: %s %u: unknown dtype code %u (expected 1..6)",
         n.kind,
         n.index,
         e.dtype);
@@ -301,6 +301,7 @@ uint8_t dtype_elem_size(uint8_t code) {
   switch (code) {
     case static_cast<uint8_t>(DType::kInt8):
     case static_cast<uint8_t>(DType::kUInt8):
+    case static_cast<uint8_t>(DType::kBool):
       return 1;
     case static_cast<uint8_t>(DType::kInt16):
     case static_cast<uint8_t>(DType::kUInt16):
@@ -324,6 +325,8 @@ const char* dtype_name(uint8_t code) {
       return "uint16";
     case static_cast<uint8_t>(DType::kInt32):
       return "int32";
+    case static_cast<uint8_t>(DType::kBool):
+      return "bool";
     default:
       return "unknown";
   }

@@ -31,6 +31,7 @@ enum class DType : uint8_t {
   kInt16 = 3,
   kUInt16 = 4,
   kInt32 = 5,
+  kBool = 6, // one byte per element, 0 or 1
 };
 
 constexpr int kMaxRank = 6;

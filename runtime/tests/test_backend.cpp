@@ -234,7 +234,7 @@ void test_dtypes() {
   } cases[] = {
       {1, ScalarType::Char, ScalarType::Byte},   {2, ScalarType::Byte, ScalarType::Char},
       {3, ScalarType::Short, ScalarType::Char},  {4, ScalarType::UInt16, ScalarType::Short},
-      {5, ScalarType::Int, ScalarType::Float},
+      {5, ScalarType::Int, ScalarType::Float},   {6, ScalarType::Bool, ScalarType::Byte},
   };
   for (const Case& c : cases) {
     Fixture f(conv_like(c.code));
