@@ -12,6 +12,7 @@ the entry/exit.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping, Optional, Union
 
 import torch
@@ -139,6 +140,7 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
     def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
         _check_module_names(model, [k for k in self.module_dtypes if isinstance(k, str)])
         model = super().annotate(model)
+        _grouped_conv_transpose_per_tensor(model)
         if self.input_dtype is not None or self.output_dtype is not None:
             request = {
                 "input": None
@@ -155,6 +157,34 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
                 if n.op in ("placeholder", "call_function"):
                     n.meta.setdefault("custom", {})[IO_META_KEY] = request
         return model
+
+
+def _grouped_conv_transpose_per_tensor(model: torch.fx.GraphModule) -> None:
+    """Per-tensor weight (and bias) qparams for a grouped ``conv_transpose2d``.
+
+    Its weight is (in_channels, out_channels / groups, kH, kW): output channel ``o`` is column
+    ``o % (out / groups)`` of the rows of group ``o // (out / groups)``, so no single weight axis
+    holds the output channels, and a per-channel scale on either axis mismatches the bias (one
+    value per output channel) it derives. Upstream's per-tensor case is what it lowers."""
+    for node in model.graph.nodes:
+        if node.target != torch.ops.aten.conv_transpose2d.input:
+            continue
+        groups = node.args[6] if len(node.args) > 6 else 1
+        annotation = node.meta.get("quantization_annotation")
+        if groups == 1 or annotation is None:
+            continue
+        qspecs = annotation.input_qspec_map
+        weight = node.args[1]
+        spec = qspecs.get(weight)
+        if spec is None or spec.qscheme != torch.per_channel_symmetric:
+            continue
+        # Weights are int8 whatever the activations' width.
+        qspecs[weight] = activation_config(torch.int8, per_channel=False).weight
+        bias = node.args[2] if len(node.args) > 2 else None
+        if bias is not None and bias in qspecs:
+            qspecs[bias] = dataclasses.replace(
+                qspecs[bias], qscheme=torch.per_tensor_symmetric, ch_axis=None
+            )
 
 
 def _key_name(key: ModuleKey) -> str:
