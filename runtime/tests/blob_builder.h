@@ -28,7 +28,7 @@ struct Io {
 };
 
 inline uint8_t elem_size(uint8_t dtype) {
-  return dtype == 1 || dtype == 2 ? 1 : dtype == 3 || dtype == 4 ? 2 : 4;
+  return dtype == 1 || dtype == 2 || dtype == 6 ? 1 : dtype == 3 || dtype == 4 ? 2 : 4;
 }
 
 struct Spec {

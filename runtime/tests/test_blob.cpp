@@ -160,7 +160,7 @@ void test_good() {
   }
   // Every dtype, rank 0 and rank 6.
   Spec s;
-  for (uint8_t dt = 1; dt <= 5; ++dt) {
+  for (uint8_t dt = 1; dt <= 6; ++dt) {
     Io io;
     io.dtype = dt;
     io.shape = {2, 3};
@@ -180,8 +180,9 @@ void test_good() {
   auto r = Blob::parse(buf.data(), buf.size());
   CHECK(r.ok());
   if (r.ok()) {
-    CHECK(r.get().num_inputs() == 6);
-    CHECK(r.get().input(5).rank == 0 && r.get().input(5).byte_size == 4);
+    CHECK(r.get().num_inputs() == 7);
+    CHECK(r.get().input(5).dtype == 6 && r.get().input(5).byte_size == 6);
+    CHECK(r.get().input(6).rank == 0 && r.get().input(6).byte_size == 4);
     CHECK(r.get().output(0).numel() == 24 && r.get().output(0).byte_size == 48);
   }
   // No IO at all is a valid (if useless) delegate.
@@ -333,7 +334,7 @@ void test_io_defects() {
   const Spec s = conv_spec(false);
   const std::vector<uint8_t> good = testblob::build(s);
   const size_t io = 64;
-  for (uint8_t dt : {0, 6, 255}) {
+  for (uint8_t dt : {0, 7, 255}) {
     auto b = good;
     b[io] = dt;
     CHECK(parse_sealed(b) == Error::InvalidProgram);
@@ -739,7 +740,7 @@ void test_vectors(const std::string& dir) {
           c);
     }
   }
-  CHECK(n_dtypes == 5 && n_sections == 3);
+  CHECK(n_dtypes == 6 && n_sections == 3);
   CHECK(n_ok >= 3 && n_bad >= 35);
   std::printf("test vectors: %d ok, %d bad\n", n_ok, n_bad);
 }
