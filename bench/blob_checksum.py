@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Init cost of the blob checksums (docs/blob-format.md, "Checksums").
 
 For every EthosUNGBackend delegate blob of a .pte:

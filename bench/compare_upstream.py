@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Side by side: upstream executorch 1.5.1 EthosUPartitioner vs EthosUNGPartitioner.
 
 Each model is quantized once (EthosUNGQuantizer = upstream's symmetric int8 config, same

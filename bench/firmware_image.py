@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """Cortex-M55 firmware images (firmware/, ethosu_ng/tools/firmware.py): size and build time.
 

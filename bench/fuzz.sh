@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # libFuzzer over the C++ runtime: blob parsing + EthosUNGBackend init/execute
 # with fuzzed IO tensors (runtime/fuzz/fuzz_delegate.cpp).
 #

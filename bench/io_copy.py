@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Host timing of the delegate IO layout copy vs memcpy of the same bytes.
 
 Builds and runs the C++ bench (runtime/bench/io_copy_bench.cpp, CMake target

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """Instructions per element of the runtime's NCHW -> NHWC layout copy on a Cortex-M55.
 

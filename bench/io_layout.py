@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """NPU cycles and SRAM with NCHW and with NHWC program input, ours next to upstream's program.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Where the lowering time goes, by stage, for ethosu_ng and upstream on the same program.
 
 Each model is quantized once and saved; each partitioner lowers it in a spawned child (as in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Host time per inference and MAC/s of the Ethos-U55/U65/U85 NPU model (npu_model/).
 
     python bench/npu_model.py                       # the small models of tests/npu_models.py

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """Precision side by side: SQNR and NPU cycles of int8 and a16w8, ours and upstream's, in one run.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """Standalone RESCALE cycles and total NPU cycles: upstream, ours without the rescale rewrites,
 ours (every TOSA rewrite), per model and target.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What each TOSA rewrite does to Vela's NPU cycles, per model.
 
 Lowers the model once with the rewrites off (keeping upstream's TOSA in each delegate), then

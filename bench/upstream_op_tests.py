@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Upstream's own Arm operator tests as a yardstick: every Ethos-U INT case of executorch's
 ``backends/arm/test/ops/test_*.py``, quantized and lowered with ethosu_ng, run on the host
 runtime and compared with the eager quantized model in LSB.

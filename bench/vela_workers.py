@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Does compiling partitions with parallel Vela workers pay? Lowering wall time per worker count.
 
 The partitioner lowers partitions to TOSA one after the other in the Python process and runs up

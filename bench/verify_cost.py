@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What the verified compile (``verify_lowering`` + ``verify_npu``) costs: compile time with the
 checks on and off, side by side, and each partition's verdicts.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Compile the model zoo for each target and write docs/zoo.md (and docs/zoo.json).
 
     python bench/zoo_table.py                      # all models, u55-128 and u85-256

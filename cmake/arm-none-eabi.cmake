@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Toolchain file: bare-metal Arm Cortex-M with Debian's gcc-arm-none-eabi
 # (apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi
 # libstdc++-arm-none-eabi-newlib). Builds static libraries only.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """ethosu_ng: an ExecuTorch backend for Arm Ethos-U NPUs with a typed partition-boundary
 contract.
 

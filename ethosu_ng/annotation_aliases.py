@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Rewrite alias spellings of ops upstream's annotators know into the spelling they know.
 
 Upstream's Arm annotators match op overloads exactly. ``torch.export`` keeps several ops in a

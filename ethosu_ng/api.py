@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """The command line's three verbs as Python functions: ``compile``, ``report``, ``verify``.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """EthosUNGBackend: ExecuTorch's entry point for turning partitions into DelegateBlobs.
 
 The stages live in ``partition_compiler``. Usually the partitioner has compiled every partition

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """DelegateBlob: the bytes one Ethos-U delegate carries in the .pte (format v2).
 
 Written by preprocess, read by tests, the CLI and (in C++) by runtime/. The layout is documented

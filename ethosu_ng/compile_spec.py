@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """EthosUNGCompileSpec: what the user asks the NPU compiler for.
 
 One object carries the target, Vela's system config / memory mode, extra Vela flags and our own

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The whole export flow in two calls, as a user's script (or our CLI and tests) runs it."""
 
 from __future__ import annotations

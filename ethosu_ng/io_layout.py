@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """The memory layout of a program's rank-4 inputs and outputs, as the application asks for it.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What a user needs to feed and read a lowered program: each program input/output's dtype,
 shape and quantization parameters (the same values the delegate blobs' IO tables hold)."""
 

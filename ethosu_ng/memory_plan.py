@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What the firmware must provide to run a .pte: the memory plan.
 
 Per method, the pools an ExecuTorch ``MemoryManager`` needs on the device:

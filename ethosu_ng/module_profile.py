@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Where the NPU cycles go, by ``nn.Module``: Vela's layers mapped back to the PyTorch source.
 
 The chain, by name at every step:

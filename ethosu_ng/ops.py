@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The op vocabulary: how ops are named, and which ops quantize, dequantize, move data or compute
 nothing. Every other module asks here; none keeps its own list.
 

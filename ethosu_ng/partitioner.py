@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """EthosUNGPartitioner: picks what runs on the NPU and makes every boundary integer.
 
 Stages (each a separate module):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """Precision advisor: which modules to run with int16 activations, chosen by measurement.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """EthosUNGQuantizer: PT2E quantizer for Ethos-U (symmetric int8 by default, a16w8 on request).
 
 A thin layer over upstream's EthosUQuantizer (its annotators are right); what we add is the

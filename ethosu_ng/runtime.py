@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Run ethosu_ng .pte programs on the host, through the C++ delegate runtime.
 
 ``load_host_runtime()`` builds ``libethosu_ng_host.so`` (CMake, from ``runtime/`` in this repo) if

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """TensorSpec: the typed description of one tensor crossing a delegate boundary."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Read the IO of a serialized TOSA graph (what the TOSA lowering actually produced)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Compile torchvision's MobileNetV2 (random weights, nothing downloaded) for Ethos-U, taking the
 bytes a camera gives (uint8, interleaved HWC) as they are, and run one frame on the host.
 

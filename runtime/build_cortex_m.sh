@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Cross-compile the firmware delegate library (libethosu_ng_delegate.a) for
 # Cortex-M with gcc-arm-none-eabi, warnings as errors, then check the archive:
 # no exception, RTTI or heap symbols on the device path. It compiles against

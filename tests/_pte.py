@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What a serialized program must carry: the delegates that were lowered, each a blob the reader
 accepts whose IO table matches what ExecuTorch hands the delegate."""
 

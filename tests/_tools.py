@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What a test needs from the machine: an executable, a Python package or another precondition.
 
 ``require_tool`` returns it when present. When it is missing the test is skipped, unless

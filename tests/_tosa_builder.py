@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Build small TOSA graphs for the TOSA optimisation tests, through the stage's own IR."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 import logging
 import os
 import sys

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Small models the tests lower. Each is a real torch module; weights are seeded, not trained."""
 
 import torch

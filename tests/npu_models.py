@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Small models covering the NPU operations the NPU model executes (tests/test_npu_model.py).
 
 Each factory returns ``(module, example_inputs)``; weights are seeded, not trained.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Reading Vela driver payloads (``cmd_data``): the command stream, its commands, and the
 weight and scale streams its kernels read (tests/test_npu_model.py, bench/zoo_table.py)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What every seed-class property checks on a lowered model (tests/test_property_seed*.py).
 
 For one quantized model and its compile spec: it is delegated; no op on the CPU at all (the

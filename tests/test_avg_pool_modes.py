@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """nn.AvgPool2d in every mode PyTorch has (kernel, stride, padding, ceil_mode, count_include_pad,
 divisor_override) on the NPU: the delegate is within 1 LSB of the eager quantized op, and on
 Ethos-U55/U65 Vela's command stream on the NPU model equals the TOSA reference bit for bit.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Bad input gets a clear error naming the culprit; nothing half-done."""
 
 import logging

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """DelegateBlob v2 against docs/blob-format.md: the doc's tables are the layout blob.py packs,
 every rule of the doc's validation table has a test vector, and the Python reader gives every
 vector the verdict (valid with these fields / which rule) the manifest says. A flipped byte in

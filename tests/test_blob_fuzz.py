@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The Python and C++ blob readers agree on random blobs, and hostile bytes never escape the
 Python reader as anything but a BlobFormatError.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The ethosu-ng command line: compile, report (text/JSON/HTML), and one-line errors."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 import pytest
 
 from ethosu_ng import TARGETS, EthosUNGCompileSpec

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The partitioner's compiled-partition cache hands ``preprocess`` only a blob compiled for the
 same compile spec (target, system config, memory mode, Vela flags, embed_tosa) and partition, one
 cache per partitioner, entries that are not final partitions dropped when ``partition`` returns,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """DecomposeInPlacePass against torch's own whole-program decomposition.
 
 Property, over random chains of the ops our programs carry into edge generation (conv2d and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """ops_to_not_decompose: when every node of a kept op would pass upstream's per-node filter, the
 partitioner says so with no filter, and executorch decomposes the program at most twice instead
 of three times. When the answer differs per node, the filter stays and the decision is per node."""

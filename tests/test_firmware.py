@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """Programs run in a bare-metal Cortex-M55 image under QEMU (``mps3-an547``), the Ethos-U NPU
 model behind ``ethosu_invoke_v3``, through the same C++ delegate and ExecuTorch runtime as a

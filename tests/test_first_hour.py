@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """The first hour of a new user, as they meet it: the ``ethosu-ng`` command in a fresh process
 (its exit code and its last line on stderr), the README's Python snippet run as written, and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Wrong types and junk into the compile spec and the CLI: a clear ValueError/TypeError or a
 one-line CLI error with exit code 2 (bad input), never a traceback or another exception type.
 Each CLI case has exactly one thing wrong."""

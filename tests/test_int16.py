@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """int16 activations (a16w8): the quantizer's precision choice, the partition-boundary contract
 for int16 tensors, and the verified compile on int16 partitions.

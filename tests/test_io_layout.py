@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """Program IO in the layout the application has (``--input-layout`` / ``--output-layout``).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Import layering: executorch internals only through ethosu_ng/adapters; the core never imports
 the tools. Read from the source (ast), so a lazy import inside a function counts too."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """deferred_recompile: GraphModule code is generated lazily inside, eagerly outside, and the
 process-wide patch survives nesting and threads."""
 

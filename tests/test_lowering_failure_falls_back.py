@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Export never fails because of us: an exception while lowering one partition (our passes,
 upstream's TOSA lowering, the IO cross-check) keeps the ops responsible on the CPU with the
 reason in the report, as a Vela crash does; the program still exports and runs.

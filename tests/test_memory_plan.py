@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The memory plan is what the host run uses; the SRAM budget fails the export; --emit-c compiles.
 
 The host run loads the method the way firmware does (``Program::load`` + ``load_method`` over

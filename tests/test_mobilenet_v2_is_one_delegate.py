@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A real CNN (torchvision MobileNetV2, random weights) lowers to one delegate and a .pte."""
 
 import pytest

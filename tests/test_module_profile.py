@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The per-module profile accounts for every Vela cycle, by the modules the model really has."""
 
 import os

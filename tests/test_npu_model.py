@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The Ethos-U55/U65 functional model (runtime/ethosu_ng/npu_model/) against the TOSA reference.
 
 Every model is exported through the real pipeline (quantize, partition, TOSA, Vela 5.1.0) for

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """libFuzzer over the NPU model (runtime/fuzz/fuzz_npu_model.cpp), Ethos-U55/U65/U85 payloads.
 
 Random driver payloads, command streams and register values against real-sized regions, under

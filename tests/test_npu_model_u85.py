@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """The Ethos-U85 command-stream model (runtime/ethosu_ng/npu_model/u85_*.cpp) against the TOSA
 reference model.

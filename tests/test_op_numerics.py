@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """op_numerics.check_ops: TOSA against the quantized graph evaluated in float64, and per quantize
 op the float32 (eager) vs float64 difference from identical integer inputs."""
 

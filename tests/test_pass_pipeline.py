@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The pass pipeline keeps every declared ordering constraint, and disabling is by parameter."""
 
 import pytest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """The precision advisor picks int16 modules by measurement and keeps to its cycle budget."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Seed 001 as a property: a conv / depthwise conv / linear followed by relu, relu6, hardtanh or
 clamp whose output zero point is forced away from qmin (the activation output is cat's first
 input, so it shares the cat's domain, which the other input pulls below zero) keeps its

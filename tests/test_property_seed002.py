@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Seed 002 as a property: IO-boundary shared-qspec clusters (state buffers updated through
 ``slice -> cat -> copy_``, view/reshape/cat at the program's inputs and outputs) are delegated in
 int8, never left in float on the CPU, for uint8 and int8 program IO, on both families.

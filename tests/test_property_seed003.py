@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Seed 003 as a property: a quantized ``cat`` of 2-5 constants, each with its own qparams, along
 any axis, folds to exactly the eager quantized values and the model runs within 1 LSB of the eager
 quantized model on the host runtime; no cat (or other compute) on the CPU; on both families.

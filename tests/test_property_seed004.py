@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Seed 004 as a property: uint8/int8 program IO on models with several inputs and outputs. Every
 input and output has the requested integer dtype, no quantize/dequantize (or anything else) runs
 on the CPU, the delegates' IO tables match the parent program, and the host run is within 1 LSB

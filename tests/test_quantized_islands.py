@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """An op between quantized neighbours that upstream's annotators skip (its spelling is not in their
 lists: ``clamp_min``, ``clamp_max``, ``expand_as``, ...) is quantized and delegated: the idiom
 stays inside one partition, nothing float runs on the CPU, on both families.

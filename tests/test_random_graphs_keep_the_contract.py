@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Property: for random small quantized graphs with a random set of ops pinned to the CPU, the
 boundary contract holds and every delegate matches the eager quantized model within 1 LSB.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """Each RESCALE Vela leaves standalone is named with its TOSA pattern and what blocked the fold
 (tosa_optimize/rescale_report.py), on graphs compiled by Vela."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """The rescale rewrites of the TOSA optimiser (tosa_optimize/rewrites, ``_rescale.py``): each is
 bit-exact on the TOSA reference model over scales, zero points, shapes and consumer kinds, and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """torch.roll (static shifts) runs on the NPU as slice + cat instead of CPU index arithmetic."""
 
 import pytest

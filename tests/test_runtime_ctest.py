@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Build the C++ runtime tests with AddressSanitizer + UBSan and run them through ctest.
 
 The C++ tests (runtime/tests/*.cpp) cover the blob parser (good blobs from our C++ builder; the

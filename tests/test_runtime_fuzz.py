@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """libFuzzer over the C++ runtime: blob parsing + EthosUNGBackend init/execute (issue 7).
 
 runtime/fuzz/fuzz_delegate.cpp reads a fuzz input as a delegate blob plus an option trailer

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The C++ delegate runtime on the host: whole .pte programs through executorch.runtime.
 
 CPU ops run on ExecuTorch's kernels, every EthosUNGBackend delegate in our C++ backend (blob

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A method loaded with ``ethosu_ng.runtime.load_pte`` keeps its program and ``.pte`` bytes alive.
 
 ``executorch.runtime``'s ``Method`` holds no reference to its ``Program``; the program reads the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Seed 000: a partition split in the middle of a graph never leaves a float tensor at a boundary.
 
 Reproduced upstream (1.5.1): conv -> split -> branch into a CPU bmm gives delegate outputs

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Seed 001: conv -> relu -> cat(relu_out, y) where the shared cat domain gives the relu output a
 zero point != qmin (the seed's recipe: zp = -111). The class (producers, activations, both
 families, host numerics) is tests/test_property_seed001.py; here the seed's recipe and the

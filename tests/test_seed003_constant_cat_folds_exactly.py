@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Seed 003: a quantized cat of constants folds to exactly the eager quantized values.
 
 Upstream's FoldAndAnnotateQParamsPass keeps one input-qparams entry per *argument index*; for a

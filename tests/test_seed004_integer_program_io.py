@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Seed 004: uint8 / int8 program IO. Firmware feeds camera bytes straight in and reads int8
 scores; uint8 exists only at the program boundary, int8 everywhere inside a delegate."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Slicing q/k/v out of a rank-5 tensor runs on the NPU for ethos-u55-128 (SliceOnMergedAxisPass).
 
 Without the pass, Vela 5.1.0 SIGSEGVs on swin's window attention for U55 (rank-5 SLICE of the

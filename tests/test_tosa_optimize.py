@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The TOSA optimisation stage (ethosu_ng/tosa_optimize): every rewrite is bit-exact on the TOSA
 reference model, keeps the graph's IO, removes what it claims to remove, and the checker that
 proves it can fail."""

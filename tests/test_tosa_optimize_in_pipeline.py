@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The TOSA rewrites in the compile pipeline: on by default, checked bit for bit against
 upstream's TOSA at compile time when asked, the per-module profile still names every cycle, and
 the report carries the data-movement cycles."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """bench/upstream_op_tests.py: upstream's Arm op tests collected as (module, inputs) cases, and a
 few run end to end through the bench's own per-case function and worker pool."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A partition output that is also consumed inside the partition (a residual branch leaving the
 NPU). Upstream's layout pass routes the internal consumer through the output's NCHW transpose and
 back; Vela 5.1.0 cancels that pair and drops the graph output (TOSA 2 outputs, Vela 1). Preprocess

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Compiler failures never kill the export (issue #8), with a fake Vela that fails on chosen ops.
 
 The fake runs where Vela runs (a child process with the same command line); when the TOSA graph

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """vela_process: each compile is its own child (crash, hang and exit code are seen as from a fresh
 interpreter), forked from one reused zygote that sees the caller's current environment."""
 

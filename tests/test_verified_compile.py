@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Verified compile (``EthosUNGCompileSpec.verify_npu``, default on): no command stream that the NPU
 model says is wrong reaches a .pte.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Adapters: every executorch-internal symbol ethosu_ng uses is reached through these modules.
 
 - ``arm``: executorch's Arm backend (TOSA lowering, operator support, quantizer configs).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The one place ethosu_ng touches executorch's Arm backend.
 
 Everything we reuse from ``executorch.backends.arm`` (TOSA lowering, operator support checks,

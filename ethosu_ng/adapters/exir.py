@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The one place ethosu_ng touches executorch's exir internals.
 
 ``to_backend`` carves each tagged partition into its own program before it calls ``preprocess``;

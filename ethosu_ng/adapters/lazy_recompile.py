@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Generate a GraphModule's Python code only when someone runs or reads it.
 
 Each of upstream's ~150 TOSA passes builds a new GraphModule and regenerates its ``forward``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Compiled partitions waiting for ``preprocess``: one cache per ``EthosUNGPartitioner``.
 
 The partitioner compiles every partition before it answers (to move ops to the CPU when Vela

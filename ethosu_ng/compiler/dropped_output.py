@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Vela 5.1.0 drops a partition output that is also consumed inside the partition, when upstream's
 layout pass routes the internal consumer through the output's NCHW transpose and straight back:
 Vela cancels the transpose pair and loses the output (measured: TOSA 2 outputs, Vela 1).

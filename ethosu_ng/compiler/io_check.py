@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Declared == TOSA == Vela: the cross-check every compiled partition passes before its blob is
 written. Any disagreement is a ``BoundaryContractError`` naming the partition, the IO index and
 both types; on success each declared TensorSpec gains Vela's placement (region, offset) and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Compile partition programs to DelegateBlobs: the stages behind ``EthosUNGBackend``.
 
 Per partition: declared IO (delegate_io) -> TOSA (upstream lowering via the adapter) -> Vela

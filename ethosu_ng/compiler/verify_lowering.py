@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Verified compile, first link: the partition's TOSA graph against the quantized partition it
 replaces, before Vela's stream is accepted (``EthosUNGCompileSpec.verify_lowering``).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Verified compile: Vela's command stream is run on the NPU model and compared with the TOSA
 reference model on the same partition, bit for bit, before a blob is written.
 

@@ -1,2 +1,3 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Numerics without an NPU: each delegate's TOSA graph on the TOSA reference model
 (``tosa_reference``) and the quantized graph evaluated exactly in float64 (``op_numerics``)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """An int16 lookup as the hardware computes it: TOSA's 513-entry interpolated TABLE and the
 power-of-two RESCALE after it.
 

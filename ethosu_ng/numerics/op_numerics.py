@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Which side of a TOSA-vs-reference difference is wrong: the lowering, or the float32 reference?
 
 ``tosa_reference.check_delegates`` judges each delegate's TOSA graph against the eager quantized

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Numerics without an NPU: run each delegate's TOSA graph on the TOSA reference model.
 
 ``check_delegates`` walks a lowered program in Python. CPU ops run as PyTorch ops; at each

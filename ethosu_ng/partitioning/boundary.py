@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """BoundaryContract: what may cross a delegate boundary, enforced on partition tags.
 
 The contract (see README): every tensor entering or leaving a delegate is an integer tensor

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Find the operators a failing NPU compile is due to, so they alone move to the CPU.
 
 Bisection over a failing partition's compute ops in graph order. Each half is re-partitioned

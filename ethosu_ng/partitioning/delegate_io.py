@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Declared IO of one partition: the TensorSpec of each delegate input and output.
 
 Read from the partition's own placeholders and output node, which are the very nodes whose

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The partition programs ``preprocess`` will receive, built ahead of time, and their fingerprint.
 
 The partitioner compiles its partitions before returning them (so a Vela failure can still move

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Operator limits of a target that Vela does not reject cleanly, checked before partitioning.
 
 Each rule exists because Vela 5.1.0 crashes (not errors) on the pattern; keeping the op on the

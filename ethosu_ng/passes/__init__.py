@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """ethosu_ng's own graph passes. One pass per module; each docstring says which guarantee it keeps.
 
 They run on the ATen program before decomposition (``EthosUNGPartitioner.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Give every ``ceil_mode`` average pool a TOSA form without negative padding.
 
 TOSA AVG_POOL2D needs ``(in + pad_before + pad_after - kernel)`` to be a multiple of the stride,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Rewrite ``avg_pool2d`` with ``divisor_override`` as a depthwise convolution, before annotation.
 
 ``divisor_override=d`` makes the op ``sum(window) / d``, padding and the part of a ``ceil_mode``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Move dequantize after, and quantize before, pure data-movement ops.
 
 Keeps boundary-contract rule 3 (no float tensor crosses a delegate boundary) without pushing work

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Decompose, node by node, what executorch would otherwise decompose by retracing the program.
 
 Lowering time, not numerics. ``to_edge_transform_and_lower`` retraces the whole program through

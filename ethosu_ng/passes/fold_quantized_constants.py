@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Fold quantized constant subgraphs exactly as the eager quantized model computes them.
 
 Keeps seed 003's guarantee: a quantized ``cat`` (or any op chain) of constant tensors folds to the

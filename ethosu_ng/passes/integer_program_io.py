@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Make the program's own inputs/outputs integer when the quantizer was asked to.
 
 Keeps the uint8/int8 program-IO guarantee (seed 004): with ``EthosUNGQuantizer(spec,

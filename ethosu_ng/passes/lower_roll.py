@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Lower ``torch.roll`` with static shifts to slice + cat.
 
 Keeps NPU coverage: the default decomposition turns ``roll`` into arange / add / fmod /

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Mark ops that are quantized by construction so upstream's support check accepts them.
 
 Helps keep seed 002's guarantee. Upstream's operator support requires the quantizer's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The order our passes run in, and the check that it keeps every pass's declared constraints.
 
 Each pass class may declare ``runs_after``: the passes whose result it relies on (e.g. the Q/DQ

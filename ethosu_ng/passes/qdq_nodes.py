@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Building blocks every pass uses: the per-tensor quantize/dequantize ops, their qparams, fake
 tensor re-typing, inserting an exact ``Q -> DQ`` pair, and keeping output names in the signature."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Store a float state buffer as int8 when everything it feeds and is fed from is quantized.
 
 Keeps seed 002's state-buffer guarantee. A streaming model keeps a window in a mutable buffer:

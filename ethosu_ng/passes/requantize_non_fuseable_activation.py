@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Give a conv/linear followed by a non-fuseable relu/hardtanh its own output quantization.
 
 Keeps seed 001's guarantee. Upstream 1.5.1's FuseQuantizedActivationPass fuses ``conv -> relu ->

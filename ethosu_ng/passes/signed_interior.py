@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """uint8 only at the program's IO; int8 everywhere inside a delegate.
 
 Keeps part of seed 002/004's guarantee. With uint8 program IO, PT2E's shared-qspec clusters that

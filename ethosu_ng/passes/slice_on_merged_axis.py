@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Slice a rank >= 5 tensor on a merged axis of a rank <= 3 view instead.
 
 Keeps NPU coverage on Ethos-U55 for attention that splits q/k/v out of a 5-D permute (Swin's

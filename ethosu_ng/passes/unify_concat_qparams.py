@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Requantize each input of a quantized concatenation to the concatenation's output qparams.
 
 Keeps seed 003's guarantee for non-constant tensors. Upstream's FoldAndAnnotateQParamsPass keeps

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """``ethosu-ng``: compile a model to a .pte, report on it, verify it on the host.
 
 ethosu-ng compile timm:mobilenetv2_100 --target ethos-u55-128 -o mobilenetv2.pte

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """``ethosu-ng compile ... --emit-c DIR``: the .pte and its memory plan as C for a firmware build.
 
 Writes ``DIR/<name>.h`` (``#define`` for every pool of the memory plan, the IO contract of every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """Build a bare-metal Cortex-M55 image for a .pte and run it under QEMU (``mps3-an547``).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The per-module profile in the HTML report: an interactive treemap (Apache ECharts).
 
 ECharts is vendored (``vendor/echarts.min.js``, see ``vendor/README.md``) and inlined, so the page

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A self-contained HTML page for a compile report: cycles per partition and the NPU/CPU split.
 
 No external assets: inline SVG and CSS; the per-module treemap (``html_profile``, when the report

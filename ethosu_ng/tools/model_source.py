@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Where a model comes from: ``timm:NAME``, ``torchvision:NAME`` or ``path/to/file.py:factory``.
 
 Models are always built with random weights (``pretrained=False`` / ``weights=None``): nothing

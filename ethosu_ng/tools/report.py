@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Compile report: per delegate ops, typed IO and Vela's estimates; CPU ops with reasons; totals.
 
 Built once at compile time (``build_report``) and written as JSON next to the .pte; ``from_pte``

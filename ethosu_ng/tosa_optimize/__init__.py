@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """TOSA-to-TOSA optimisation between upstream's lowering and Vela (``pipeline.optimize``).
 
 ``graph.py``: the mutable IR read from and written to the flatbuffer; ``rewrites/``: one rewrite

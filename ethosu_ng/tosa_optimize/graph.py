@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A small mutable IR of one TOSA graph, read from and written back to the flatbuffer.
 
 Reading and writing go through tosa-tools' own serializer (``tosa_serializer``): it loads the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The TOSA rewrites in their declared order, run to a fixed point, and the stage's entry point.
 
 Each rewrite class may declare ``runs_after`` (as ``ethosu_ng/passes`` do); ``rewrite_pipeline``

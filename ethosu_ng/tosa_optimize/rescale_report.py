@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """Why each RESCALE Vela ran as a layer of its own was not folded: the TOSA pattern around it and
 what blocked the fold, by Vela 5.1's rules (``GraphIrOptimiser::FuseRescale`` and the targets'

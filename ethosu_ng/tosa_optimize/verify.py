@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The original and the optimised TOSA graph, run on the TOSA reference model on the same
 random inputs, must agree bit for bit (``NotBitExact`` otherwise, naming the output and the
 first differing element)."""

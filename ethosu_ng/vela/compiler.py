@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Vela stage: TOSA flatbuffer -> Ethos-U command stream, weights and IO placement.
 
 Vela runs in a child process (``vela_process``) with a time limit: a Vela crash (SIGSEGV has been

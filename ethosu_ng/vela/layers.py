@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Vela's per-layer performance, read from its debug database (``--enable-debug-db``).
 
 Vela 5.1.0 (regor) writes ``<net>_debug.xml``: CSV tables inside CDATA sections. Three of them

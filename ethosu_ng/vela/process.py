@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Vela child processes, forked from a waiting process that has already imported Vela.
 
 Vela runs outside the exporting process so that a Vela crash or hang cannot take the export down

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // The Ethos-U core driver's entry points the delegate calls
 // (npu_driver_ethosu.cpp), implemented by the NPU model: the image runs the

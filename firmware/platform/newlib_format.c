@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // newlib 3.3's printf has no z, t or j length modifiers: "%zu" prints
 // literally and does not consume its argument, so every later argument

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // ExecuTorch platform layer for the image: logs go to semihosting stdout, an
 // abort ends the run with a message, and there is no heap: every pool the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // The image's main(): loads the program embedded by `ethosu-ng compile
 // --emit-c` over static pools of the memory plan's sizes, writes the inputs

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Host timing of the blob checksums at init: Blob::parse (every rule, the
 // CRC-32 of every part included) against the CRC-32 of the bytes it covers
 // alone, and a byte-at-a-time table CRC for comparison with the slice-by-4 one.

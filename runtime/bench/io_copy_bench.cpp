@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Host timing of the delegate IO layout copy vs a plain memcpy of the same
 // bytes. Driven by bench/io_copy.py; prints one key=value line per case.
 #include <algorithm>

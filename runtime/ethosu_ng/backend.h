@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // EthosUNGBackend: the ExecuTorch BackendInterface for ethosu_ng delegates.
 //
 // init:    parse the blob in place (the processed buffer stays owned by the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // ethosu_ng delegate blob, format v2: in-place, bounds-checked view.
 //
 // The layout is specified in docs/blob-format.md (authoritative) and written by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Minimal declarations of the Ethos-U core driver entry points we call, used
 // when the build is not given the real ethos-u-core-driver headers
 // (CMake option ETHOSU_NG_CORE_DRIVER_INCLUDE). They match ethosu_driver.h of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // C API of the host runtime library (libethosu_ng_host.so), used from Python
 // through ctypes (ethosu_ng/runtime.py). Host only: firmware never sees it.
 #pragma once

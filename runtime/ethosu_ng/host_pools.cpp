@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Host only: load and run a method with caller-sized memory pools, the way
 // firmware does (Program::load + a MemoryManager over fixed buffers), and
 // measure what each pool actually used. Backs ethosu_ng/memory_plan.py: the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 #include <ethosu_ng/layout_copy.h>
 
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // N-D tensor copy between two memory layouts of the same logical shape.
 //
 // The delegate boundary needs this twice per tensor: an ExecuTorch tensor

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Driver seam: the one call the backend makes to run a delegate on the NPU.
 //
 // The backend has validated the blob and copied every input into `scratch` (at

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // NpuDriver on the Ethos-U core driver (firmware).
 //
 // Built against the user's ethos-u-core-driver headers when CMake is given

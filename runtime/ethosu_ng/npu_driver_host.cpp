@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // NpuDriver for the host (no NPU). Per call, one of:
 //  - the delegate's embedded TOSA section through a callback registered from
 //    Python (the TOSA reference model), or

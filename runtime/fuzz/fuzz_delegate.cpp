@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // libFuzzer target: blob parsing + EthosUNGBackend init/execute with fuzzed IO.
 //
 // Input layout

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // libFuzzer target: the Ethos-U55/U65/U85 NPU model (runtime/ethosu_ng/npu_model/)
 // on fuzzed driver payloads, command streams, register values and regions.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Test-only C++ writer of blob v2 (mirrors ethosu_ng/blob.py DelegateBlob.
 // to_bytes and write_checksums) plus an exact-size aligned buffer, so
 // AddressSanitizer flags any read past the end of a (truncated) blob.

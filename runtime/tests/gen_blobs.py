@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The blob test vectors both readers are checked against (docs/blob-format.md, format v2).
 
 Usage: gen_blobs.py OUT_DIR. Writes, with the Python writer (ethosu_ng/blob.py), valid blobs and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Tiny test harness: CHECK never compiles out (unlike assert under NDEBUG),
 // reports file:line and keeps going so one run lists every failure.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // EthosUNGBackend with a fake NpuDriver: registration, init, the layout
 // copies around the driver, and every argument mismatch rejected with an
 // Error before the driver runs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Blob v2 parser: accepts good blobs (ours and the Python writer's), rejects
 // every listed defect with an Error, a flipped byte in any checksummed part as
 // that part's checksum rule with an ET_LOG naming it, and never reads outside

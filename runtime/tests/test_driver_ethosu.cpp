@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // npu_driver_ethosu.cpp against a fake Ethos-U core driver: the region bases
 // and sizes it hands to ethosu_invoke_v3, reserve/release pairing, errors.
 #include <cstdint>

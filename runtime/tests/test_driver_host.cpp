@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Host TOSA driver through the backend: the callback gets the TOSA section
 // and the IO buffers in NPU layout with memory-order shapes; missing TOSA,
 // missing callback and a failing callback are Errors, not crashes.

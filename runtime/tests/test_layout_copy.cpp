@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Layout copy vs a naive per-element reference: every dim order of rank 3, 4
 // and 5 on both sides, element sizes 1/2/4, dense and padded strides, plus
 // the edge ranks and the error paths. Padding must stay untouched.

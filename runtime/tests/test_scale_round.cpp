@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // The NPU model's scale_round (two 64-bit halves, so it builds for 32-bit
 // Cortex-M) against the __int128 arithmetic it replaced, on the host: every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """Factories for the first-hour and IO-layout tests (``ethosu-ng compile FILE:NAME``)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """A keyword-spotting model for `ethosu-ng compile tests/data/kws.py:make` (docs/deploying.md,
 "Running on a Cortex-M55"; tests/test_firmware.py follows it)."""

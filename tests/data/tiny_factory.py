@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A factory for `ethosu-ng compile tests/data/tiny_factory.py:make` (fast CLI tests)."""
 
 import torch

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Write the NPU-model fuzzer's seed corpus (tests/runtime/corpus_npu_model/seeds/).
 
 Usage: python tests/runtime/make_npu_model_seeds.py [OUT_DIR]

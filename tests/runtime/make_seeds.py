@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Write the fuzzer's seed corpus (tests/runtime/corpus/seeds/): real delegate blobs.
 
 Usage: python tests/runtime/make_seeds.py [OUT_DIR]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Seed 000 at model level: timm mobilevit_s for ethos-u85-256 with softmax (the ops it
 decomposes to) pinned to the CPU. Many partitions, zero float tensors across any boundary, and
 every delegate's TOSA graph against the eager quantized model on the same boundary inputs.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Model zoo on the NPU model (slow): for ethos-u55-128 and ethos-u65-256, every delegate output
 of Vela's command stream executed on the NPU model (runtime/ethosu_ng/npu_model) equals the
 delegate's TOSA graph on the TOSA reference model bit for bit, on the same integer inputs; and

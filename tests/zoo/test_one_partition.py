@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """NPU coverage on swin_tiny: torch.roll runs on the NPU (LowerRollPass) and, for ethos-u55-128,
 q/k/v are sliced out of a rank-2 view of the rank-5 permute (SliceOnMergedAxisPass; the rank-5
 slice crashes Vela 5.1.0), so the whole model is one partition with no CPU compute on both

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Issue #8 on real models: timm mobilevit_s and swin_tiny for ethos-u55-128, where Vela 5.1.0
 segfaults (upstream 1.5.1's in-process Vela kills the interpreter).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Model zoo (slow): every zoo model compiles for u55-128 and u85-256 with zero float boundary
 tensors and a report; numerics within the stated LSB budget (see test_mobilevit_* for why deep
 partitions get a budget above 1 LSB); every partition's TOSA rewrites bit-exact against

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Permutation arithmetic and the element-wise operator table the rewrites share."""
 
 from __future__ import annotations

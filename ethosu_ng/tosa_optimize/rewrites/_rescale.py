@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """RESCALE parameters as the rescale rewrites and the rescale report read them, and which
 consumers Vela 5.1 folds an operand RESCALE into.

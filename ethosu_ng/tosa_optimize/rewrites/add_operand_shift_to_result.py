@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """ADD/SUB whose two operand RESCALEs are the same left shift -> unit operand scales, the shift
 taken off the result RESCALE.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A TRANSPOSE of rank r -> reshape, the same transpose on the fewest dimensions, reshape back.
 
 Size-1 dimensions carry no data, and input dimensions that stay next to each other in the same

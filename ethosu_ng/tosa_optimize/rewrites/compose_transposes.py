@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """transpose(transpose(x, p1), p2) -> transpose(x, p1 then p2).
 
 The second transpose reads ``x`` directly and the first is removed. Where the first has other

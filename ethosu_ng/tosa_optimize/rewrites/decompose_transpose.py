@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A TRANSPOSE of (collapsed) rank >= 4 that keeps its innermost dimension -> a chain of rank-3
 block swaps ``[M, N, Q] -> perm (1, 0, 2)`` with reshapes between.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A TRANSPOSE with the identity permutation, or a RESHAPE to its input's shape, is removed;
 its readers read its input. Kept when its output is a graph output (the graph's IO names are
 part of the contract)."""

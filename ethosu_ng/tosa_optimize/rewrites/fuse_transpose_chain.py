@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A chain of RESHAPEs and TRANSPOSEs -> one transpose of a finer view of its input.
 
 Whatever reshapes sit between them, two or more transposes in a row move each element once:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """reshape(reshape(x, s1), s2) -> reshape(x, s2).
 
 Row-major reshapes compose to the last one. Applied only where the inner reshape has no other

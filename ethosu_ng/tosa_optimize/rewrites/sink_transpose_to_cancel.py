@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Move a TRANSPOSE down through element-wise operators and reshapes until it meets another
 TRANSPOSE or can go no further.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """A RESCALE several operators read -> one copy per reader that folds it as an operand scale.
 

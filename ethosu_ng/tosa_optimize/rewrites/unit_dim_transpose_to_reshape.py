@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A TRANSPOSE that only moves size-1 dimensions -> a RESHAPE to its output shape.
 
 When the dimensions larger than 1 keep their relative order, the row-major element order is

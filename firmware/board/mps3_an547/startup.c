@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // Start-up for the MPS3 AN547 (Cortex-M55) under QEMU: vector table, reset
 // (FPU/MVE on, fault handlers on, .bss zeroed, semihosting, static

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // DMA (NPU_OP_DMA_START): 1-D copies between regions and into the internal
 // memory (LUTs). See docs/npu-model.md.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // NPU model front end (Ethos-U55/U65/U85): driver payload parser, command
 // decoding, register state, regions and bounds checks, feature-map access and

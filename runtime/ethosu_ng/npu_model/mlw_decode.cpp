@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Decoder of the Ethos-U55/U65 compressed weight format ("mlw").
 //
 // Format (as written by Vela's mlw_codec encoder; see docs/npu-model.md):

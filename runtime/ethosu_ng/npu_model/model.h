@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // The model's shared front end, declared for the files that implement the
 // operations: register file, feature-map addressing, region checks, the output

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Functional model of the Arm Ethos-U55 / Ethos-U65 / Ethos-U85 NPU (the
 // U85 in part: docs/npu-model.md, "Ethos-U85"): executes the driver
 // payload Vela writes (COP1 header, optimizer config, register command

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Ethos-U55/U65 command-stream opcodes, as listed in Vela's
 // ethos_u55_regs.py (cmd0: 16-bit parameter in the command word; cmd1: a
 // 32-bit payload word follows). The numeric values are the architecture's;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // Ethos-U85 command-stream opcodes that differ from the Ethos-U55/U65 ones
 // (registers.h), as listed in regor's ethos_u85_interface.hpp (cmd0_opcode,

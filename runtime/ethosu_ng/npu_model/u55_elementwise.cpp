@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // Ethos-U55/U65 elementwise operations (NPU_OP_ELEMENTWISE): binary and unary
 // modes, IFM2 broadcast and scalars, operand scaling. See docs/npu-model.md.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // Ethos-U55/U65 pooling (NPU_OP_POOL): max, average and reduce-sum.
 // See docs/npu-model.md.

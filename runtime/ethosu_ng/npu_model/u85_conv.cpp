@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // Ethos-U85 convolution, depthwise convolution and fully connected
 // (NPU_OP_CONV, NPU_OP_DEPTHWISE): the U85 weight order (regor

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // Ethos-U85 elementwise operations (NPU_OP_ELEMENTWISE): MUL, ADD, SUB, MIN,
 // MAX, ABS with per-operand scaling (IFM_SCALE, IFM2_SCALE), broadcast of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // Ethos-U85 accumulator format, OFM rounding, output stage and OFM transposes,
 // shared by the U85 operation families. Field layouts: regor

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // Ethos-U85 pooling (NPU_OP_POOL): max, min, sum, average and reduce-sum
 // (regor ethos_u85_interface.hpp pooling_mode). See docs/npu-model.md,

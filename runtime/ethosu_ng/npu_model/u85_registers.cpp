@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // Names of the Ethos-U85 opcodes (regor ethos_u85_interface.hpp, cmd0_opcode
 // and cmd1_opcode), for decoding and error messages.

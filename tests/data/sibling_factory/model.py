@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """``ethosu-ng compile tests/data/sibling_factory/model.py:make``: imports its sibling."""
 
