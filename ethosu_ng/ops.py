@@ -62,6 +62,11 @@ def resolve_op_names(ops: Iterable) -> Set[str]:
     return names
 
 
+# Node meta "custom" key marking, before decomposition, a node of an op in ``cpu_ops`` (its value:
+# the op's name). The ops it decomposes into inherit node meta "custom", so they stay pinned too.
+CPU_PINNED_META = "ethosu_ng_cpu_pinned"
+
+
 def node_op_name(node) -> str:
     """``op_name`` of a call_function node, ``""`` for every other node."""
     return op_name(node.target) if node.op == "call_function" else ""

@@ -39,13 +39,14 @@ from ethosu_ng.compiler.compiled_cache import CompiledCache, attach
 from ethosu_ng.compiler.pipeline import LoweringError, compile_partitions
 from ethosu_ng.compiler.verify_lowering import LoweringDeviation
 from ethosu_ng.compiler.verify_npu import NpuDeviation
-from ethosu_ng.ops import NO_COMPUTE_OPS, is_compute, op_name, resolve_op_names
+from ethosu_ng.ops import CPU_PINNED_META, NO_COMPUTE_OPS, is_compute, op_name, resolve_op_names
 from ethosu_ng.partitioning.boundary import BoundaryContract, PartitionIO, node_order, partition_io
+from ethosu_ng.partitioning.control_flow import reject_cpu_unrunnable_control_flow
 from ethosu_ng.partitioning.culprit_search import CulpritSearch
 from ethosu_ng.partitioning.delegate_io import QPARAMS_META, integer_tensor_qparams
 from ethosu_ng.partitioning.partition_program import RealTensors, carve, fingerprint
 from ethosu_ng.partitioning.target_limits import TargetLimits
-from ethosu_ng.passes import pass_pipeline
+from ethosu_ng.passes import non_core_aten_ops, pass_pipeline
 from ethosu_ng.passes.decompose_in_place import DecomposeInPlacePass, functional_activations
 from ethosu_ng.passes.qdq_nodes import rename_outputs
 from ethosu_ng.vela import process as vela_process
@@ -74,12 +75,6 @@ class PartitionReport:
     fallback_compiles: int = 0  # candidate partitions compiled to find them
 
 
-# Marks, before decomposition, the nodes of an op in ``cpu_ops``: the ops it decomposes into
-# inherit node meta "custom" (aten.max_pool2d becomes max_pool2d_with_indices), so they stay
-# pinned although their own name is not in the list.
-_PINNED_META = "ethosu_ng_cpu_pinned"
-
-
 class _PinnedToCpu(OperatorSupportBase):
     def __init__(self, names: Set[str], reasons: Dict[str, str]):
         self.names, self.reasons = names, reasons
@@ -87,7 +82,7 @@ class _PinnedToCpu(OperatorSupportBase):
     def is_node_supported(self, submodules, node: Node) -> bool:
         if node.op != "call_function":
             return True
-        pinned_as = (node.meta.get("custom") or {}).get(_PINNED_META)
+        pinned_as = (node.meta.get("custom") or {}).get(CPU_PINNED_META)
         if op_name(node.target) in self.names or pinned_as:
             self.reasons.setdefault(
                 node.name, "pinned to CPU by cpu_ops" + (f" ({pinned_as})" if pinned_as else "")
@@ -149,7 +144,7 @@ class EthosUNGPartitioner(Partitioner):
         names_before = [a.name if isinstance(a, Node) else None for a in out.args[0]]
         for n in program.graph_module.graph.nodes:
             if n.op == "call_function" and op_name(n.target) in self.cpu_ops:
-                n.meta.setdefault("custom", {})[_PINNED_META] = op_name(n.target)
+                n.meta.setdefault("custom", {})[CPU_PINNED_META] = op_name(n.target)
         for make_pass in self.passes:
             program = make_pass()(program)
         functional_activations(program)
@@ -172,8 +167,13 @@ class EthosUNGPartitioner(Partitioner):
         # A pinned op must decompose normally: it will not be delegated, and the CPU needs core
         # ATen.
         ops = [op for op in ops if op_name(op) not in self.cpu_ops]
+        # Ops outside core ATen pass the edge verifier only if kept (passes/non_core_aten_ops.py).
+        non_core = non_core_aten_ops.present(program)
+        ops += sorted(non_core - set(ops), key=str)
 
         def filter_fn(node: Node) -> bool:
+            if node.target in non_core_aten_ops.NON_CORE_ATEN_OPS:
+                return non_core_aten_ops.kept_whole(node)
             if op_name(node.target) in self.cpu_ops:
                 return False
             return keep(node) if keep is not None else True
@@ -186,8 +186,12 @@ class EthosUNGPartitioner(Partitioner):
         # Only the top-level graph is checked, so a program with control flow keeps the filter.
         # Left unchecked: a node of a kept op that a decomposition creates (none is known for
         # upstream's list) is kept if that op already occurs, and decomposed if not.
+        # Without a filter executorch excepts from its verifier only the kept ops it would have
+        # decomposed, which a non-core op without a decomposition in its table is not.
         nodes = [n for n in program.graph_module.graph.nodes if n.op == "call_function"]
-        if not any(isinstance(n.target, torch._ops.HigherOrderOperator) for n in nodes):
+        if not non_core and not any(
+            isinstance(n.target, torch._ops.HigherOrderOperator) for n in nodes
+        ):
             kept = set(ops)
             present = {n.target for n in nodes if n.target in kept}
             if all(filter_fn(n) for n in nodes if n.target in present):
@@ -231,6 +235,7 @@ class EthosUNGPartitioner(Partitioner):
     def partition(self, program: ExportedProgram) -> PartitionResult:
         report = PartitionReport()
         graph = program.graph_module.graph
+        reject_cpu_unrunnable_control_flow(program, self.compile_spec.target)
         contract = BoundaryContract(program, bool_crosses=not self.compile_spec.is_u55_subset)
         excluded: Dict[Node, str] = {}
         reporter = exir.WhyNoPartitionReporter()

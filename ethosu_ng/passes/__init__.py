@@ -13,6 +13,7 @@ from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
 from ethosu_ng.passes.integer_program_io import IntegerProgramIOError, IntegerProgramIOPass
 from ethosu_ng.passes.lower_roll import LowerRollPass
 from ethosu_ng.passes.mark_quantized_islands import MarkQuantizedIslandsPass
+from ethosu_ng.passes.non_core_aten_ops import DecomposeNonCoreAtenPass
 from ethosu_ng.passes.pipeline import (
     PRE_PARTITION_PASSES,
     PassOrderError,
@@ -32,6 +33,7 @@ __all__ = [
     "pass_pipeline",
     "AvgPoolCeilModePass",
     "CommuteQDQThroughPassThroughPass",
+    "DecomposeNonCoreAtenPass",
     "FoldQuantizedConstantsPass",
     "IntegerProgramIOError",
     "IntegerProgramIOPass",

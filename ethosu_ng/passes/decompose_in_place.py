@@ -93,6 +93,11 @@ class DecomposeInPlacePass:
             program.graph_module.recompile()
         return program
 
+    def splice(self, graph: Graph, node: Node) -> bool:
+        """Replace ``node`` by its trace through the table, whatever its op; False if it cannot
+        be (the node is left as it is)."""
+        return self._splice(graph, node)
+
     def _trace(self, node: Node) -> Optional[Tuple[GraphModule, List[Node]]]:
         leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
         inputs = [leaf for leaf in leaves if isinstance(leaf, Node)]

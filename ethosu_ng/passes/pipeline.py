@@ -18,6 +18,7 @@ from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
 from ethosu_ng.passes.integer_program_io import IntegerProgramIOPass
 from ethosu_ng.passes.lower_roll import LowerRollPass
 from ethosu_ng.passes.mark_quantized_islands import MarkQuantizedIslandsPass
+from ethosu_ng.passes.non_core_aten_ops import DecomposeNonCoreAtenPass
 from ethosu_ng.passes.quantize_state_buffers import QuantizeStateBuffersPass
 from ethosu_ng.passes.requantize_non_fuseable_activation import RequantizeNonFuseableActivationPass
 from ethosu_ng.passes.signed_interior import SignedInteriorPass
@@ -37,6 +38,7 @@ PRE_PARTITION_PASSES: Tuple[type, ...] = (
     UnifyConcatQParamsPass,
     CommuteQDQThroughPassThroughPass,
     MarkQuantizedIslandsPass,
+    DecomposeNonCoreAtenPass,
 )
 
 
