@@ -13,12 +13,11 @@ import math
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, NoReturn, Optional
+from typing import Dict, List, NoReturn, Optional
 
 import torch
 
-if TYPE_CHECKING:  # tensor_spec reads this module's constants; TensorSpec is imported where built
-    from ethosu_ng.tensor_spec import TensorSpec
+from ethosu_ng.tensor_spec import BOUNDARY_DTYPES, MAX_RANK, REGION_SCRATCH, TensorSpec
 
 # Dtype codes of the IO table. The code carries signedness because Vela's element size alone
 # cannot tell int8 from uint8. runtime/ethosu_ng/blob.h holds the C++ copy; the test vectors of
@@ -34,12 +33,7 @@ DTYPE_CODES = {
     torch.bool: 6,
 }
 CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
-MAX_RANK = 6  # shape and dim_order slots of an IO entry
-
-# Vela's memory regions (the base-address index the command stream uses).
-REGION_WEIGHTS = 0
-REGION_SCRATCH = 1
-REGION_FAST_SCRATCH = 2
+assert set(DTYPE_CODES) == BOUNDARY_DTYPES, "every boundary dtype needs a code, and only those"
 
 MAGIC = b"EUNG"
 VERSION = 2
@@ -342,8 +336,6 @@ def _pack_io(index: int, s: TensorSpec) -> bytes:
 
 def _unpack_io(buf: bytes, off: int, k: int, n_in: int, scratch: int) -> TensorSpec:
     name = f"input {k}" if k < n_in else f"output {k - n_in}"
-    from ethosu_ng.tensor_spec import TensorSpec
-
     fields = IO_ENTRY.unpack_from(buf, off)
     code, rank, elem, region, offset, byte_size, zp, scale_bits = fields[:8]
     shape, order = fields[8 : 8 + MAX_RANK], fields[8 + MAX_RANK : 8 + 2 * MAX_RANK]

@@ -9,10 +9,16 @@ from typing import Optional, Tuple
 
 import torch
 
-from ethosu_ng.blob import DTYPE_CODES, MAX_RANK, REGION_SCRATCH
+# The integer dtypes a delegate boundary tensor may have; the blob gives each a dtype code.
+BOUNDARY_DTYPES = frozenset(
+    {torch.int8, torch.uint8, torch.int16, torch.uint16, torch.int32, torch.bool}
+)
+MAX_RANK = 6  # the shape and dim_order slots of a blob IO entry
 
-# The integer dtypes a delegate boundary tensor may have: exactly those the blob can describe.
-BOUNDARY_DTYPES = frozenset(DTYPE_CODES)
+# Vela's memory regions (the base-address index the command stream uses).
+REGION_WEIGHTS = 0
+REGION_SCRATCH = 1
+REGION_FAST_SCRATCH = 2
 # The dim order of an NHWC (channels-last) rank-4 tensor.
 CHANNELS_LAST = (0, 2, 3, 1)
 

@@ -21,7 +21,6 @@ from ethosu_ng.blob import (
     HEADER,
     HEADER_CRC,
     IO_ENTRY,
-    REGION_FAST_SCRATCH,
     SECTION_ENTRY,
     VERSION,
     BlobFormatError,
@@ -29,7 +28,7 @@ from ethosu_ng.blob import (
     crc32,
     write_checksums,
 )
-from ethosu_ng.tensor_spec import TensorSpec
+from ethosu_ng.tensor_spec import REGION_FAST_SCRATCH, TensorSpec
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "blob-format.md"

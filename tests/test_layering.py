@@ -80,3 +80,96 @@ def test_the_check_flags_what_it_should(tmp_path, source, flagged):
     f = tmp_path / "m.py"
     f.write_text(f"def f():\n    {source}\n")
     assert any(_private_executorch(m, n) for _, m, n in _imports(f)) == flagged
+
+
+def _unit(module: str) -> str:
+    """The package unit a module belongs to: its top-level module or subpackage under ethosu_ng
+    (``api`` counts as ``tools``: the command line's verbs, one layer)."""
+    parts = module.split(".")
+    unit = parts[1] if len(parts) > 1 else "__init__"
+    return "tools" if unit == "api" else unit
+
+
+def _module_of(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = [p for p in rel.parts if p != "__init__"]
+    return ".".join(parts)
+
+
+def _unit_imports(path: Path):
+    """Modules of ethosu_ng a file imports, absolute and relative imports alike."""
+    module = _module_of(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                names = [".".join(base + ([node.module] if node.module else []))]
+            else:
+                names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            if name.startswith("ethosu_ng."):
+                yield node.lineno, name
+
+
+def _unit_graph(paths):
+    """unit -> {imported unit: first 'file:line' that imports it}"""
+    graph = {}
+    for path in paths:
+        me = _unit(_module_of(path))
+        for line, name in _unit_imports(path):
+            other = _unit(name)
+            if other != me and me != "__init__":
+                where = f"{path.relative_to(PACKAGE.parent)}:{line}"
+                graph.setdefault(me, {}).setdefault(other, where)
+    return graph
+
+
+def _cycle(graph):
+    """One import cycle between units (as 'a -> b (file:line)' steps), or None."""
+    state = {}
+
+    def visit(unit, stack):
+        state[unit] = "open"
+        for other, where in sorted(graph.get(unit, {}).items()):
+            if state.get(other) == "open":
+                cut = [u for u, _ in stack].index(other) if other != unit else len(stack)
+                return stack[cut:] + [(unit, f"{unit} -> {other} ({where})")]
+            if other not in state:
+                found = visit(other, stack + [(unit, f"{unit} -> {other} ({where})")])
+                if found:
+                    return found
+        state[unit] = "done"
+        return None
+
+    for unit in sorted(graph):
+        if unit not in state:
+            found = visit(unit, [])
+            if found:
+                return [step for _, step in found]
+    return None
+
+
+def test_the_package_layers_point_one_way():
+    """No import cycle between the package's units (top-level modules and subpackages): each
+    layer imports only layers below it, lazy imports inside functions included."""
+    cycle = _cycle(_unit_graph(PACKAGE.rglob("*.py")))
+    assert cycle is None, "import cycle between package units: " + "; ".join(cycle)
+
+
+def test_the_cycle_check_finds_a_planted_cycle(tmp_path):
+    pkg = tmp_path / "ethosu_ng"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "low" / "a.py").write_text("def f():\n    from ethosu_ng.high import b\n")
+    (pkg / "high.py").write_text("from .low import a\n")
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, pkg
+    try:
+        cycle = _cycle(_unit_graph(pkg.rglob("*.py")))
+    finally:
+        PACKAGE = saved
+    assert cycle is not None and any("low -> high" in step for step in cycle)
