@@ -146,7 +146,8 @@ class EthosUNGPartitioner(Partitioner):
             if n.op == "call_function" and op_name(n.target) in self.cpu_ops:
                 n.meta.setdefault("custom", {})[CPU_PINNED_META] = op_name(n.target)
         for make_pass in self.passes:
-            program = make_pass()(program)
+            target_aware = getattr(make_pass, "takes_compile_spec", False)
+            program = (make_pass(self.compile_spec) if target_aware else make_pass())(program)
         functional_activations(program)
         kept, per_node = self.ops_to_not_decompose(program)
         if per_node is None:  # with a per-node filter executorch decomposes everything anyway

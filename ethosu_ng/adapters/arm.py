@@ -43,6 +43,7 @@ __all__ = [
     "lower_to_tosa",
     "lowering_context",
     "mark_quantized",
+    "never_delegated",
     "operator_support",
     "ops_to_not_decompose",
     "upstream_compile_spec",
@@ -110,6 +111,16 @@ def ops_to_not_decompose(
     spec: EthosUNGCompileSpec, program: ExportedProgram
 ) -> Tuple[List[torch._ops.OpOverload], Optional[Callable[[torch.fx.Node], bool]]]:
     return _upstream_partitioner(spec).ops_to_not_decompose(program)
+
+
+def never_delegated(spec: EthosUNGCompileSpec, op: torch._ops.OpOverload) -> bool:
+    """Whether upstream rejects every node of ATen ``op`` on ``spec``'s target whatever its
+    arguments (the Ethos-U55 list of ops without a TOSA mapping: GATHER, SCATTER ...)."""
+    from executorch.backends.arm.operator_support.ethos_u55_support import EthosU55NotSupported
+
+    if not upstream_compile_spec(spec).tosa_spec.is_U55_subset:
+        return False
+    return any(getattr(e, "_op", None) == op for e in EthosU55NotSupported.unsupported_ops)
 
 
 def lower_to_tosa(

@@ -9,6 +9,7 @@ them.
 
 from ethosu_ng.passes.avg_pool_ceil_mode import AvgPoolCeilModePass
 from ethosu_ng.passes.commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
+from ethosu_ng.passes.cpu_index_int64 import CpuIndexInt64Pass
 from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
 from ethosu_ng.passes.integer_program_io import IntegerProgramIOError, IntegerProgramIOPass
 from ethosu_ng.passes.lower_roll import LowerRollPass
@@ -33,6 +34,7 @@ __all__ = [
     "pass_pipeline",
     "AvgPoolCeilModePass",
     "CommuteQDQThroughPassThroughPass",
+    "CpuIndexInt64Pass",
     "DecomposeNonCoreAtenPass",
     "FoldQuantizedConstantsPass",
     "IntegerProgramIOError",

@@ -1,0 +1,59 @@
+"""Int64 indices for the index ops the CPU runs.
+
+Upstream's quantizer casts every int64 program input to int32 (TOSA has no int64), so a
+``gather`` reads an int32 index. Where the target never delegates the op (Ethos-U55: no TOSA
+GATHER/SCATTER), the op runs on ExecuTorch's portable kernel, which takes an int64 index only
+(``gather``: "Expected dtype int64 for index"). Such an index is cast back to int64 right before
+the op, on the CPU; a delegated op keeps its int32 index.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.export import ExportedProgram
+
+from ethosu_ng.adapters import arm as upstream
+from ethosu_ng.compile_spec import EthosUNGCompileSpec
+
+aten = torch.ops.aten
+
+# Index ops whose portable kernel takes an int64 index only: the position of the index argument.
+INT64_INDEX_ARGUMENT = {
+    aten.gather.default: 2,
+    aten.scatter.src: 2,
+    aten.scatter.value: 2,
+    aten.scatter_add.default: 2,
+    aten.scatter_reduce.two: 2,
+}
+
+
+class CpuIndexInt64Pass:
+    takes_compile_spec = True
+
+    def __init__(self, spec: EthosUNGCompileSpec):
+        self.spec = spec
+
+    def __call__(self, program: ExportedProgram) -> ExportedProgram:
+        graph = program.graph_module.graph
+        self.cast = []
+        for node in list(graph.nodes):
+            k = INT64_INDEX_ARGUMENT.get(node.target) if node.op == "call_function" else None
+            if k is None or len(node.args) <= k:
+                continue
+            index = node.args[k]
+            val = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
+            if not isinstance(val, torch.Tensor) or val.dtype != torch.int32:
+                continue
+            if not upstream.never_delegated(self.spec, node.target):
+                continue
+            with graph.inserting_before(node):
+                cast = graph.call_function(aten._to_copy.default, (index,), {"dtype": torch.int64})
+            cast.meta = {k_: v for k_, v in node.meta.items() if k_ not in ("val", "tensor_meta")}
+            with val.fake_mode:
+                cast.meta["val"] = val.to(torch.int64)
+            node.update_arg(k, cast)
+            self.cast.append(node.name)
+        if self.cast:
+            graph.lint()
+            program.graph_module.recompile()
+        return program
