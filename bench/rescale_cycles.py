@@ -120,7 +120,7 @@ def ours(tosas, target):
 
     out = {}
     for label, disabled in (("ours_no_rescale_rewrites", RESCALE_REWRITES), ("ours", ())):
-        graphs = [optimize(t, disabled=disabled).tosa for t in tosas]
+        graphs = [optimize(t, disabled=disabled, target=target).tosa for t in tosas]
         cycles, rescale, n = vela_cycles(graphs, target)
         out[label] = {"cycles": cycles, "rescale": rescale, "rescale_layers": n}
     left = []

@@ -365,6 +365,15 @@ def test_rewrite_order_is_declared_and_checked(monkeypatch):
         rewrite_pipeline()
 
 
+@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u65-256", "ethos-u85-256"])
+def test_a_rewrite_runs_only_on_the_target_families_it_names(target):
+    family = pipeline.target_family(target)
+    kept = rewrite_pipeline(target=target)
+    for r in REWRITES:
+        assert (r in kept) == (family in getattr(r, "families", (family,))), r.__name__
+    assert rewrite_pipeline(target=None) == REWRITES
+
+
 def test_disabled_rewrites_do_not_run():
     b = Builder()
     b.output(b.clamp(b.transpose(b.transpose(b.input([2, 3]), [1, 0]), [1, 0]), -9, 9))

@@ -72,7 +72,11 @@ def lower(
         return tosa, op_sources
     t0 = time.time()
     opt = tosa_optimize.optimize(
-        tosa, op_sources, verify=spec.tosa_optimize_verify, what=f"{name}: optimised TOSA"
+        tosa,
+        op_sources,
+        verify=spec.tosa_optimize_verify,
+        what=f"{name}: optimised TOSA",
+        target=spec.target,
     )
     if opt.changed:
         logger.info("%s: TOSA rewrites %s (%.2f s)", name, opt.applied, time.time() - t0)

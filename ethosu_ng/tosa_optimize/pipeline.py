@@ -5,7 +5,8 @@ Each rewrite class may declare ``runs_after`` (as ``ethosu_ng/passes`` do); ``re
 returns the rewrites without the disabled ones and raises ``RewriteOrderError`` if one would run
 before a rewrite it declares it runs after. ``optimize`` reads the flatbuffer, runs the rewrites
 in rounds until none changes the graph, checks the graph's IO contract is unchanged and writes
-it back; a graph no rewrite touched is returned as the same bytes.
+it back; a graph no rewrite touched is returned as the same bytes. A rewrite that pays on some
+targets only names their families in ``families``; ``optimize`` given a target skips it on others.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ethosu_ng.tosa_optimize.rewrites.drop_identity_data_movement import DropIde
 from ethosu_ng.tosa_optimize.rewrites.fuse_transpose_chain import FuseTransposeChain
 from ethosu_ng.tosa_optimize.rewrites.merge_reshapes import MergeReshapes
 from ethosu_ng.tosa_optimize.rewrites.sink_transpose_to_cancel import SinkTransposeToCancel
+from ethosu_ng.tosa_optimize.rewrites.split_shared_add_result import SplitSharedAddResult
 from ethosu_ng.tosa_optimize.rewrites.split_shared_rescale import SplitSharedRescale
 from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import (
     UnitDimTransposeToReshape,
@@ -42,11 +44,16 @@ REWRITES: Tuple[type, ...] = (
     DropIdentityDataMovement,
     CollapseTransposeRank,
     DecomposeTranspose,
+    SplitSharedAddResult,
     SplitSharedRescale,
     AddOperandShiftToResult,
 )
 # The rewrites that take standalone RESCALEs away (bench/rescale_cycles.py turns them off).
-RESCALE_REWRITES: Tuple[type, ...] = (SplitSharedRescale, AddOperandShiftToResult)
+RESCALE_REWRITES: Tuple[type, ...] = (
+    SplitSharedAddResult,
+    SplitSharedRescale,
+    AddOperandShiftToResult,
+)
 MAX_ROUNDS = 64
 
 
@@ -58,9 +65,21 @@ class TosaOptimizeError(RuntimeError):
     """A rewrite broke the graph (operator order, IO contract, no fixed point); names it."""
 
 
-def rewrite_pipeline(disabled: Iterable[Type] = ()) -> Tuple[type, ...]:
-    """``REWRITES`` without ``disabled``, order-checked."""
-    return ordered_without(REWRITES, disabled, "TOSA rewrite", RewriteOrderError)
+def target_family(target: str) -> str:
+    """``ethos-u85-256`` -> ``ethos-u85``."""
+    return "-".join(target.split("-")[:2])
+
+
+def rewrite_pipeline(
+    disabled: Iterable[Type] = (), target: Optional[str] = None
+) -> Tuple[type, ...]:
+    """``REWRITES`` without ``disabled`` and, given ``target``, without the rewrites whose
+    ``families`` leave it out; order-checked."""
+    skipped = set(disabled)
+    if target is not None:
+        family = target_family(target)
+        skipped |= {r for r in REWRITES if family not in getattr(r, "families", (family,))}
+    return ordered_without(REWRITES, skipped, "TOSA rewrite", RewriteOrderError)
 
 
 def run_rewrites(graph: tosa_ir.Graph, rewrites: Sequence[type]) -> Dict[str, int]:
@@ -119,12 +138,14 @@ def optimize(
     disabled: Iterable[Type] = (),
     verify: bool = False,
     what: str = "TOSA graph",
+    target: Optional[str] = None,
 ) -> Optimized:
     """Run the rewrites on one TOSA flatbuffer. A graph the IR does not model is returned as is.
 
     ``verify``: run the original and the optimised graph on the TOSA reference model on random
-    inputs; a difference raises ``verify.NotBitExact`` naming the rewrites that cause it alone."""
-    result = _optimize(flatbuffer, op_sources, disabled)
+    inputs; a difference raises ``verify.NotBitExact`` naming the rewrites that cause it alone.
+    ``target``: the Ethos-U target Vela compiles for (None: every rewrite)."""
+    result = _optimize(flatbuffer, op_sources, disabled, target)
     if verify and result.changed:
         from ethosu_ng.tosa_optimize.verify import NotBitExact, check_bit_exact
 
@@ -135,7 +156,9 @@ def optimize(
             for name in result.applied:
                 alone = [r for r in REWRITES if r.__name__ != name]
                 try:
-                    check_bit_exact(flatbuffer, _optimize(flatbuffer, (), alone).tosa, what=what)
+                    check_bit_exact(
+                        flatbuffer, _optimize(flatbuffer, (), alone, target).tosa, what=what
+                    )
                 except NotBitExact:
                     culprits.append(name)
             raise NotBitExact(
@@ -145,9 +168,9 @@ def optimize(
     return result
 
 
-def _optimize(flatbuffer, op_sources, disabled) -> Optimized:
+def _optimize(flatbuffer, op_sources, disabled, target) -> Optimized:
     sources = list(op_sources or [])
-    rewrites = rewrite_pipeline(disabled)
+    rewrites = rewrite_pipeline(disabled, target)
     try:
         graph = tosa_ir.read(flatbuffer)
     except tosa_ir.UnsupportedGraph as e:
