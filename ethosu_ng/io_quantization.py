@@ -12,7 +12,12 @@ import torch
 from torch.fx import Node
 
 from ethosu_ng.blob import DelegateBlob
-from ethosu_ng.ops import CALL_DELEGATE, is_per_tensor_dequantize
+from ethosu_ng.ops import (
+    CALL_DELEGATE,
+    DATA_MOVEMENT_OPS,
+    is_per_tensor_dequantize,
+    node_op_name,
+)
 from ethosu_ng.partitioning.delegate_io import integer_tensor_qparams
 
 
@@ -67,7 +72,16 @@ def _input_qparams(gm, x: Node):
             spec = _blob(gm, u).inputs[list(u.args[1:]).index(x)]
             return spec.scale, spec.zero_point
     qp = integer_tensor_qparams(x)
-    return qp if qp is not None else (None, None)
+    if qp is not None:
+        return qp
+    # Read first by data movement on the CPU (e.g. a cat the verified compile moved off the
+    # NPU): the bytes keep their meaning, so the qparams are those of what they become.
+    for u in x.users:
+        if node_op_name(u) in DATA_MOVEMENT_OPS:
+            qp = _input_qparams(gm, u)
+            if qp != (None, None):
+                return qp
+    return (None, None)
 
 
 def _output_qparams(gm, y: Node):
