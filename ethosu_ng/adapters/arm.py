@@ -38,6 +38,7 @@ __all__ = [
     "int16_table",
     "io_node_finders",
     "io_quantization_config",
+    "lacks_conv3d",
     "is_marked_quantized",
     "list_argument_input_qparams",
     "lower_to_tosa",
@@ -111,6 +112,11 @@ def ops_to_not_decompose(
     spec: EthosUNGCompileSpec, program: ExportedProgram
 ) -> Tuple[List[torch._ops.OpOverload], Optional[Callable[[torch.fx.Node], bool]]]:
     return _upstream_partitioner(spec).ops_to_not_decompose(program)
+
+
+def lacks_conv3d(spec: EthosUNGCompileSpec) -> bool:
+    """Whether ``spec``'s target has no CONV3D (upstream lowers a conv3d there as a conv2d)."""
+    return upstream_compile_spec(spec).tosa_spec.is_U55_subset
 
 
 def never_delegated(spec: EthosUNGCompileSpec, op: torch._ops.OpOverload) -> bool:

@@ -9,6 +9,7 @@ them.
 
 from ethosu_ng.passes.avg_pool_ceil_mode import AvgPoolCeilModePass
 from ethosu_ng.passes.commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
+from ethosu_ng.passes.conv3d_on_cpu import Conv3dOnCpuPass
 from ethosu_ng.passes.cpu_index_int64 import CpuIndexInt64Pass
 from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
 from ethosu_ng.passes.integer_program_io import IntegerProgramIOError, IntegerProgramIOPass
@@ -34,6 +35,7 @@ __all__ = [
     "pass_pipeline",
     "AvgPoolCeilModePass",
     "CommuteQDQThroughPassThroughPass",
+    "Conv3dOnCpuPass",
     "CpuIndexInt64Pass",
     "DecomposeNonCoreAtenPass",
     "FoldQuantizedConstantsPass",

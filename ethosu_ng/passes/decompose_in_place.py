@@ -93,12 +93,14 @@ class DecomposeInPlacePass:
             program.graph_module.recompile()
         return program
 
-    def splice(self, graph: Graph, node: Node) -> bool:
-        """Replace ``node`` by its trace through the table, whatever its op; False if it cannot
-        be (the node is left as it is)."""
-        return self._splice(graph, node)
+    def splice(self, graph: Graph, node: Node, form=None) -> bool:
+        """Replace ``node`` by its trace through the table, whatever its op, or by the trace of
+        ``form`` (a function of the node's arguments written in ATen ops; a
+        CompositeImplicitAutograd op is expanded by the dispatcher before any table entry is
+        read); False if it cannot be (the node is left as it is)."""
+        return self._splice(graph, node, form)
 
-    def _trace(self, node: Node) -> Optional[Tuple[GraphModule, List[Node]]]:
+    def _trace(self, node: Node, form=None) -> Optional[Tuple[GraphModule, List[Node]]]:
         leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
         inputs = [leaf for leaf in leaves if isinstance(leaf, Node)]
         vals = [n.meta.get("val") for n in inputs]
@@ -110,8 +112,9 @@ class DecomposeInPlacePass:
         def input_key(v: torch.Tensor) -> tuple:
             return (v.dim(), v.dtype) if rank_only else (v.shape, v.stride(), v.dtype)
 
+        target = node.target if form is None else form
         key = (
-            node.target,
+            target,
             str(spec),
             tuple(
                 ("in", *input_key(leaf.meta["val"]))
@@ -121,7 +124,7 @@ class DecomposeInPlacePass:
             ),
         )
         if key not in self._traces:
-            self._traces[key] = self._make_trace(node.target, leaves, spec, vals)
+            self._traces[key] = self._make_trace(target, leaves, spec, vals)
         traced = self._traces[key]
         return None if traced is None else (traced, inputs)
 
@@ -147,8 +150,8 @@ class DecomposeInPlacePass:
                 return None
         return traced
 
-    def _splice(self, graph: Graph, node: Node) -> bool:
-        found = self._trace(node)
+    def _splice(self, graph: Graph, node: Node, form=None) -> bool:
+        found = self._trace(node, form)
         if found is None:
             return False
         traced, inputs = found

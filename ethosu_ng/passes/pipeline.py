@@ -14,6 +14,7 @@ from typing import Iterable, Sequence, Tuple, Type
 
 from ethosu_ng.passes.avg_pool_ceil_mode import AvgPoolCeilModePass
 from ethosu_ng.passes.commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
+from ethosu_ng.passes.conv3d_on_cpu import Conv3dOnCpuPass
 from ethosu_ng.passes.cpu_index_int64 import CpuIndexInt64Pass
 from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
 from ethosu_ng.passes.integer_program_io import IntegerProgramIOPass
@@ -41,6 +42,7 @@ PRE_PARTITION_PASSES: Tuple[type, ...] = (
     MarkQuantizedIslandsPass,
     DecomposeNonCoreAtenPass,
     CpuIndexInt64Pass,
+    Conv3dOnCpuPass,
 )
 
 
