@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ethosu_ng import EthosUNGCompileSpec
+from ethosu_ng.tosa_graph import tosa_io
 from ethosu_ng.tosa_optimize import graph as tosa_ir
 from ethosu_ng.tosa_optimize.pipeline import optimize
 from ethosu_ng.tosa_optimize.rewrites._rescale import absorbs_operand, read_rescale
@@ -375,3 +376,117 @@ def test_the_split_residual_runs_bit_exact_on_the_npu_model(zps):
         got = run_npu_model(vela, arrays)
         for w, g_ in zip(want, got):
             assert np.array_equal(g_, w.reshape(-1)), np.abs(g_ - w.reshape(-1)).max()
+
+
+# ---- MergeConsecutiveRescales ---------------------------------------------------------------
+
+DOMAIN = {
+    "INT8": np.arange(-128, 128, dtype=np.int8),
+    "INT16": np.arange(-32768, 32768).astype(np.int16),
+}
+
+
+@st.composite
+def rescale_pair(draw):
+    """``x -> RESCALE -> RESCALE`` over an 8/16-bit ``x`` laid out as its whole input domain,
+    each RESCALE of drawn output type, scale and zero points (TOSA's rules: a nonzero zero point
+    only on int8), ranges that keep every intermediate valid; read by a drawn consumer."""
+    in_dtype = draw(st.sampled_from(("INT8", "INT16")))
+    mid_dtype = draw(st.sampled_from(("INT8", "INT16", "INT32")))
+    out_dtype = draw(st.sampled_from(("INT8", "INT16", "INT32")))
+
+    def zp(dtype):
+        return draw(st.integers(-128, 127)) if dtype == "INT8" else 0
+
+    shift_left = mid_dtype == "INT32" and draw(st.booleans())
+    if shift_left:  # an exact left shift into int32: the merge must happen
+        k = draw(st.integers(0, 14))
+        first = (1 << 30, 30 - k)
+    else:
+        first = (draw(st.integers(1, (1 << 31) - 1)), draw(st.integers(17, 40)))
+    lo = 32 if mid_dtype == "INT32" else 17
+    second = (draw(st.integers(1, (1 << 31) - 1)), draw(st.integers(lo, lo + 20)))
+    izp, mzp_out, mzp_in, ozp = zp(in_dtype), zp(mid_dtype), zp(mid_dtype), zp(out_dtype)
+    consumer = draw(st.sampled_from(("output", "transpose", "add")))
+    if consumer == "add":
+        out_dtype, ozp = "INT32", 0
+    return (
+        in_dtype,
+        mid_dtype,
+        out_dtype,
+        first,
+        second,
+        (izp, mzp_out, mzp_in, ozp),
+        shift_left,
+        consumer,
+    )
+
+
+def build_pair(in_dtype, mid_dtype, out_dtype, first, second, zps, shift_left, consumer):
+    izp, mzp_out, mzp_in, ozp = zps
+    b = Builder()
+    x = b.input([len(DOMAIN[in_dtype])], in_dtype)
+    mid = b.rescale(x, mid_dtype, *first, in_zp=izp, out_zp=mzp_out)
+    y = b.rescale(mid, out_dtype, *second, in_zp=mzp_in, out_zp=ozp)
+    if consumer == "transpose":
+        y = b.transpose(b.reshape(y, [1, len(DOMAIN[in_dtype])]), [1, 0])
+    elif consumer == "add":
+        y = b.rescale(
+            b.binary("ADD", y, b.rescale(b.input(b.shape(x), in_dtype), "INT32")),
+            "INT8",
+            1 << 30,
+            40,
+        )
+    b.output(y)
+    return b.tosa()
+
+
+@FAST
+@given(rescale_pair())
+def test_consecutive_rescales_merge_only_where_exact_over_the_whole_input_domain(case):
+    in_dtype, shift_left = case[0], case[6]
+    tosa = build_pair(*case)
+    result = optimize(tosa)
+    merged = result.applied.get("MergeConsecutiveRescales", 0)
+    ins = tosa_io(tosa)[0]
+    rng = np.random.default_rng(0)
+    domain = [DOMAIN[in_dtype]] + [random_inputs(ins[1:], rng)[k] for k in range(len(ins) - 1)]
+    check_bit_exact(tosa, result.tosa, inputs=[domain])  # every value of the input type
+    assert _count(result.tosa, "RESCALE") == _count(tosa, "RESCALE") - merged
+    if shift_left:
+        assert merged == 1
+
+
+def shift_then_requantize(shape, zp=-3):
+    """An int8 tensor shifted left into int32, then requantized to int8: two RESCALEs whose
+    composition is one (the first loses nothing)."""
+    b = Builder()
+    mid = b.rescale(b.input(shape), "INT32", 1 << 30, 11, in_zp=zp)
+    b.output(b.rescale(mid, "INT8", 1518500250, 50, out_zp=5))
+    return b.tosa()
+
+
+@pytest.mark.parametrize("target", ["ethos-u85-256", "ethos-u55-128"])
+def test_merged_rescales_are_one_layer(target):
+    from ethosu_ng.tosa_optimize.rewrites.merge_consecutive_rescales import (
+        MergeConsecutiveRescales,
+    )
+
+    tosa = shift_then_requantize([1, 56, 56, 40])
+    without = optimize(tosa, disabled=(MergeConsecutiveRescales,), target=target).tosa
+    result = optimize(tosa, target=target)
+    assert result.applied == {"MergeConsecutiveRescales": 1}
+    before, after = _vela(without, target), _vela(result.tosa, target)
+    assert after[0] < before[0] and after[1] < before[1]
+
+
+@pytest.mark.parametrize("zp", [-128, -3, 0, 127])
+def test_the_merged_rescale_runs_bit_exact_on_the_npu_model(zp):
+    tosa = shift_then_requantize([1, 1, 16, 16], zp)
+    result = optimize(tosa)
+    assert result.applied == {"MergeConsecutiveRescales": 1}
+    _, _, vela = _vela(result.tosa, "ethos-u55-128")
+    every_int8 = DOMAIN["INT8"].reshape(1, 1, 16, 16)
+    (want,) = run_reference(tosa, [every_int8])  # the graph as upstream made it
+    (got,) = run_npu_model(vela, [every_int8])
+    assert np.array_equal(got, want.reshape(-1)), np.abs(got - want.reshape(-1)).max()

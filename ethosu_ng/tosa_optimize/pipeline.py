@@ -25,6 +25,7 @@ from ethosu_ng.tosa_optimize.rewrites.compose_transposes import ComposeTranspose
 from ethosu_ng.tosa_optimize.rewrites.decompose_transpose import DecomposeTranspose
 from ethosu_ng.tosa_optimize.rewrites.drop_identity_data_movement import DropIdentityDataMovement
 from ethosu_ng.tosa_optimize.rewrites.fuse_transpose_chain import FuseTransposeChain
+from ethosu_ng.tosa_optimize.rewrites.merge_consecutive_rescales import MergeConsecutiveRescales
 from ethosu_ng.tosa_optimize.rewrites.merge_reshapes import MergeReshapes
 from ethosu_ng.tosa_optimize.rewrites.sink_transpose_to_cancel import SinkTransposeToCancel
 from ethosu_ng.tosa_optimize.rewrites.split_shared_add_result import SplitSharedAddResult
@@ -47,12 +48,14 @@ REWRITES: Tuple[type, ...] = (
     SplitSharedAddResult,
     SplitSharedRescale,
     AddOperandShiftToResult,
+    MergeConsecutiveRescales,
 )
 # The rewrites that take standalone RESCALEs away (bench/rescale_cycles.py turns them off).
 RESCALE_REWRITES: Tuple[type, ...] = (
     SplitSharedAddResult,
     SplitSharedRescale,
     AddOperandShiftToResult,
+    MergeConsecutiveRescales,
 )
 MAX_ROUNDS = 64
 

@@ -118,3 +118,35 @@ def single_reader(graph: Graph, consumers, name: str) -> Optional[Operator]:
     if len(readers) != 1 or name in graph.outputs or readers[0].inputs.count(name) != 1:
         return None
     return readers[0]
+
+
+_BOUNDS = {"INT8": (-128, 127), "INT16": (-32768, 32767), "INT32": (-(2**31), 2**31 - 1)}
+
+
+def single_round(r: Rescale) -> bool:
+    """``r`` rounds once (SINGLE_ROUND, 32-bit multiplier): what ``apply_rescale`` models."""
+    return bool(r.op.attr.get("scale32")) and str(r.op.attr.get("rounding_mode", "")).endswith(
+        "SINGLE_ROUND"
+    )
+
+
+def apply_rescale(
+    values: np.ndarray, multiplier: int, shift: int, input_zp: int, output_zp: int, out_dtype: str
+) -> Optional[np.ndarray]:
+    """TOSA 1.0 RESCALE (``scale32``, SINGLE_ROUND, signed, per tensor) of int64 ``values``;
+    None where the specification's REQUIREs fail (a value at or beyond ``2**(shift - 1)``, an
+    int32 overflow before the zero point), so that no graph is rewritten into an invalid one."""
+    if multiplier < 0 or not 2 <= shift <= 62:
+        return None
+    v = values.astype(np.int64) - input_zp
+    if v.min() < -(1 << (shift - 1)) or v.max() >= 1 << (shift - 1):
+        return None
+    prod = [int(x) * multiplier + (1 << (shift - 1)) for x in (v.min(), v.max())]
+    if max(abs(p) for p in prod) >= 1 << 63:
+        return None
+    scaled = (v * multiplier + (1 << (shift - 1))) >> shift
+    lo32, hi32 = _BOUNDS["INT32"]
+    if scaled.min() < lo32 or scaled.max() > hi32:
+        return None
+    lo, hi = _BOUNDS[out_dtype]
+    return np.clip(scaled + output_zp, lo, hi)
