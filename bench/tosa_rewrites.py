@@ -71,7 +71,11 @@ def main():
     print("| TOSA | Vela NPU cycles | data movement NPU cycles | by kind |")
     print("|---|---|---|---|")
     for label, disabled in variants:
-        graphs = tosas if disabled is None else [optimize(t, disabled=disabled).tosa for t in tosas]
+        graphs = (
+            tosas
+            if disabled is None
+            else [optimize(t, disabled=disabled, target=args.target).tosa for t in tosas]
+        )
         cycles, moved = vela_figures(graphs, args.target)
         kinds = ", ".join(f"{k} {v:,}" for k, v in moved["by_op"].items())
         print(f"| {label} | {cycles:,} | {moved['npu_cycles']:,} | {kinds} |", flush=True)
