@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Reading Vela driver payloads (``cmd_data``): the command stream, its commands, and the
-weight and scale streams its kernels read (tests/test_npu_model.py, bench/zoo_table.py)."""
+weight and scale streams its kernels read (tests/test_npu_model.py, bench/zoo_table.py); and
+writing small ones from raw command words (the malformed-stream tests)."""
 
 from __future__ import annotations
 
@@ -89,3 +90,22 @@ def streams(payload: bytes, weights_len: int, untraced: Optional[list] = None):
         else:
             r0[op] = param
     return out
+
+
+def build_payload(cmds: List[int], length: Optional[int] = None) -> bytes:
+    """A COP1 driver payload around raw command words (U55-128 optimizer config); ``length``
+    overrides the command-stream length the header announces."""
+    head = [0x31504F43, 0x00000001 | (1 << 20), (0 << 28) | (24 << 8) | 7, 0]
+    while (len(head) + 1) % 4:
+        head.append(0x5)
+    n = len(cmds) if length is None else length
+    head.append(0x2 | ((n >> 16) & 0xFF) << 8 | (n & 0xFFFF) << 16)
+    return struct.pack(f"<{len(head) + len(cmds)}I", *(head + cmds))
+
+
+def cmd0(op: int, param: int = 0) -> int:
+    return op | (param << 16)
+
+
+def cmd1(op: int, data: int, param: int = 0) -> List[int]:
+    return [op | 0x4000 | (param << 16), data & 0xFFFFFFFF]

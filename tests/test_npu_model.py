@@ -36,6 +36,9 @@ from npu_payload import (
     DMA_SRC_REGION,
     OP_DMA_START,
     WEIGHT_BASE,
+    build_payload,
+    cmd0,
+    cmd1,
     cmd_stream,
     commands,
     streams,
@@ -276,24 +279,6 @@ def test_corrupting_one_command_word_is_seen():
 
 
 # ------------------------------------------------------------------ malformed payloads
-def _payload(cmds: List[int], length: Optional[int] = None) -> bytes:
-    """A COP1 driver payload around raw command words (U55-128 optimizer config)."""
-    head = [0x31504F43, 0x00000001 | (1 << 20), (0 << 28) | (24 << 8) | 7, 0]
-    while (len(head) + 1) % 4:
-        head.append(0x5)
-    n = len(cmds) if length is None else length
-    head.append(0x2 | ((n >> 16) & 0xFF) << 8 | (n & 0xFFFF) << 16)
-    return struct.pack(f"<{len(head) + len(cmds)}I", *(head + cmds))
-
-
-def _cmd0(op, param=0):
-    return op | (param << 16)
-
-
-def _cmd1(op, data, param=0):
-    return [op | 0x4000 | (param << 16), data & 0xFFFFFFFF]
-
-
 def _model_error(payload: bytes, weights=b"\0" * 64, scratch_size=256) -> str:
     with pytest.raises(rt.NpuModelError) as info:
         rt.npu_model_run(payload, weights, bytearray(scratch_size))
@@ -301,43 +286,43 @@ def _model_error(payload: bytes, weights=b"\0" * 64, scratch_size=256) -> str:
 
 
 def test_unknown_opcode_names_command_index_and_opcode():
-    msg = _model_error(_payload([_cmd0(0x100, 1), _cmd0(0x101, 0), _cmd0(0x07F, 3)]))
+    msg = _model_error(build_payload([cmd0(0x100, 1), cmd0(0x101, 0), cmd0(0x07F, 3)]))
     assert "command 2" in msg and "0x07f" in msg and "unknown" in msg
 
 
 def test_truncated_stream_is_an_error():
-    words = [_cmd0(0x100, 0), *_cmd1(0x000, 0x40)]
-    msg = _model_error(_payload(words[:-1]))
+    words = [cmd0(0x100, 0), *cmd1(0x000, 0x40)]
+    msg = _model_error(build_payload(words[:-1]))
     assert "command 1" in msg and "NPU_SET_IFM_BASE0" in msg and "payload word" in msg
-    msg = _model_error(_payload(words, length=len(words) + 5))
+    msg = _model_error(build_payload(words, length=len(words) + 5))
     assert "only 3 follow" in msg
 
 
 def test_dma_outside_region_names_command_and_values():
     cmds = [
-        _cmd0(DMA_SRC_REGION, 0),
-        *_cmd1(DMA_SRC, 48),
-        _cmd0(DMA_DST_REGION, 1),
-        *_cmd1(DMA_DST, 0),
-        *_cmd1(DMA_LEN, 32),
-        _cmd0(OP_DMA_START),
-        _cmd0(0x000, 0xFFFF),
+        cmd0(DMA_SRC_REGION, 0),
+        *cmd1(DMA_SRC, 48),
+        cmd0(DMA_DST_REGION, 1),
+        *cmd1(DMA_DST, 0),
+        *cmd1(DMA_LEN, 32),
+        cmd0(OP_DMA_START),
+        cmd0(0x000, 0xFFFF),
     ]
-    msg = _model_error(_payload(cmds), weights=b"\1" * 64)
+    msg = _model_error(build_payload(cmds), weights=b"\1" * 64)
     assert "command 5" in msg and "NPU_OP_DMA_START" in msg
     assert "0x30 (+32 bytes) outside region 0 of 64 bytes" in msg
 
 
 def test_dma_into_weights_region_is_refused():
     cmds = [
-        _cmd0(DMA_SRC_REGION, 1),
-        *_cmd1(DMA_SRC, 0),
-        _cmd0(DMA_DST_REGION, 0),
-        *_cmd1(DMA_DST, 0),
-        *_cmd1(DMA_LEN, 16),
-        _cmd0(OP_DMA_START),
+        cmd0(DMA_SRC_REGION, 1),
+        *cmd1(DMA_SRC, 0),
+        cmd0(DMA_DST_REGION, 0),
+        *cmd1(DMA_DST, 0),
+        *cmd1(DMA_LEN, 16),
+        cmd0(OP_DMA_START),
     ]
-    assert "read-only" in _model_error(_payload(cmds))
+    assert "read-only" in _model_error(build_payload(cmds))
 
 
 def test_ofm_outside_scratch_is_an_error_not_a_write():
@@ -378,17 +363,17 @@ def test_every_truncation_and_word_flip_of_a_real_stream_is_clean():
 
 def test_valid_dma_copies_bytes():
     cmds = [
-        _cmd0(DMA_SRC_REGION, 0),
-        *_cmd1(DMA_SRC, 16),
-        _cmd0(DMA_DST_REGION, 1),
-        *_cmd1(DMA_DST, 32),
-        *_cmd1(DMA_LEN, 16),
-        _cmd0(OP_DMA_START),
-        _cmd0(0x000, 0xFFFF),
+        cmd0(DMA_SRC_REGION, 0),
+        *cmd1(DMA_SRC, 16),
+        cmd0(DMA_DST_REGION, 1),
+        *cmd1(DMA_DST, 32),
+        *cmd1(DMA_LEN, 16),
+        cmd0(OP_DMA_START),
+        cmd0(0x000, 0xFFFF),
     ]
     weights = bytes(range(64))
     scratch = bytearray(64)
-    rt.npu_model_run(_payload(cmds), weights, scratch)
+    rt.npu_model_run(build_payload(cmds), weights, scratch)
     assert bytes(scratch[32:48]) == weights[16:32] and scratch[:32] == bytearray(32)
 
 
@@ -518,7 +503,10 @@ def test_ifm_padding_over_the_full_field_range(pads):
     except rt.NpuModelError as e:
         msg = str(e)
     assert ("IFM padding (" in msg) == (not fits), (chosen, msg)
-    assert fits or "IFM_PAD_TOP/LEFT are 7-bit fields (0..127), IFM_PAD_BOTTOM/RIGHT 8-bit" in msg
+    assert fits or (
+        "IFM_PAD_TOP and IFM_PAD_LEFT are 7-bit fields (0..127), IFM_PAD_BOTTOM and IFM_PAD_RIGHT "
+        "8-bit (0..255)" in msg
+    )
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -84,8 +85,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(weights, weights_in, weights_len);
   std::vector<uint8_t> weights_copy(weights_in, weights_in + weights_len);
   uint8_t* scratch = static_cast<uint8_t*>(std::malloc(scratch_len ? scratch_len : 1));
-  for (size_t i = 0; i < scratch_len; ++i) {
+  // i * 131 + size (mod 256) repeats every 256 bytes: write one period, then copy it.
+  for (size_t i = 0; i < scratch_len && i < 256; ++i) {
     scratch[i] = static_cast<uint8_t>(i * 131u + size);
+  }
+  for (size_t done = 256; done < scratch_len; done *= 2) {
+    std::memcpy(scratch + done, scratch, std::min(done, scratch_len - done));
   }
   uint8_t* fast = fast_len ? static_cast<uint8_t*>(std::malloc(fast_len)) : nullptr;
   if (fast) {

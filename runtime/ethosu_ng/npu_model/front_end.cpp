@@ -310,6 +310,12 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
       if (u85_ && op == U85_OP_BRANCH) {
         return fail(Error::NotSupported, "branches within the command stream not modelled");
       }
+      if (!u85_) {
+        Error e = check_u55_cmd1(op, param);
+        if (e != Error::Ok) {
+          return e;
+        }
+      }
       r1_data_[op] = data;
       r1_param_[op] = param;
       i += 2;
@@ -387,9 +393,11 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
           e = e == Error::Ok ? op_elementwise() : e;
           break;
         case OP_DMA_START:
-          e = op_dma();
+          e = check_u55_cmd0(op, param);
+          e = e == Error::Ok ? op_dma() : e;
           break;
         default:
+          e = check_u55_cmd0(op, param);
           r0_[op] = param;
           break;
       }
@@ -405,6 +413,97 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
   }
   in_stream_ = false;
   return Error::Ok;
+}
+
+// ------------------------------------------------------------ registers
+Error Model::reserved_bits(uint16_t param, uint16_t used) {
+  if ((param & ~used) != 0) {
+    return fail(Error::InvalidProgram,
+                "%s 0x%04x: reserved bits 0x%04x set (the register's fields are 0x%04x; "
+                "ethos_u55_regs.py)",
+                cmd_name_ + 4, param, static_cast<unsigned>(param & ~used), used);
+  }
+  return Error::Ok;
+}
+
+Error Model::check_u55_cmd0(uint16_t op, uint16_t param) {
+  switch (op) {
+    case SET_IFM_PRECISION: // precision (bit 1 unused by every type), format, scale and round
+      return reserved_bits(param, 0xC3CD);
+    case SET_IFM2_PRECISION: // precision, format
+      return reserved_bits(param, 0x00CD);
+    case SET_OFM_PRECISION: // precision, format, scaling, rounding
+      return reserved_bits(param, 0xC1C7);
+    case SET_IFM_UPSCALE: // mode
+      return reserved_bits(param, 0x0003);
+    case SET_KERNEL_STRIDE: // stride x/y (bits 0, 6 and 1, 9), part-kernel, dilation, decomposition
+      return reserved_bits(param, 0x027F);
+    case SET_IFM2_BROADCAST: // height, width, depth, operand order, scalar
+      return reserved_bits(param, 0x00C7);
+    case SET_DMA0_SRC_REGION: // region, internal, stride mode
+    case SET_DMA0_DST_REGION:
+      return reserved_bits(param, 0x07FF);
+    case SET_PARALLEL_MODE:
+      if (param != 0) {
+        return fail(Error::NotSupported,
+                    "PARALLEL_MODE %u: dual-core kernels (Ethos-U65-512) not modelled", param);
+      }
+      return Error::Ok;
+    case OP_DMA_START:
+      if (param != 0) {
+        return fail(Error::NotSupported,
+                    "OP_DMA_START channel/mode 0x%04x: only channel 0 in mode 0 is modelled",
+                    param);
+      }
+      return Error::Ok;
+    default:
+      return Error::Ok;
+  }
+}
+
+Error Model::check_u55_cmd1(uint16_t op, uint16_t param) {
+  switch (op) {
+    case SET_IFM_BASE0:
+    case SET_IFM_BASE1:
+    case SET_IFM_BASE2:
+    case SET_IFM_BASE3:
+    case SET_IFM_STRIDE_X:
+    case SET_IFM_STRIDE_Y:
+    case SET_IFM_STRIDE_C:
+    case SET_OFM_BASE0:
+    case SET_OFM_BASE1:
+    case SET_OFM_BASE2:
+    case SET_OFM_BASE3:
+    case SET_OFM_STRIDE_X:
+    case SET_OFM_STRIDE_Y:
+    case SET_OFM_STRIDE_C:
+    case SET_WEIGHT_BASE:
+    case SET_SCALE_BASE:
+    case SET_DMA0_SRC:
+    case SET_DMA0_DST:
+    case SET_DMA0_LEN:
+    case SET_IFM2_BASE0:
+    case SET_IFM2_BASE1:
+    case SET_IFM2_BASE2:
+    case SET_IFM2_BASE3:
+    case SET_IFM2_STRIDE_X:
+    case SET_IFM2_STRIDE_Y:
+    case SET_IFM2_STRIDE_C:
+      // 40-bit addresses: the parameter holds bits 32..39 (Vela cmd1_with_address).
+      return reserved_bits(param, 0x00FF);
+    case SET_OFM_SCALE:
+    case SET_OPA_SCALE:
+      // The shift is a 6-bit field (ethosu55_interface.h npu_set_ofm_scale_t).
+      return reserved_bits(param, 0x003F);
+    case SET_WEIGHT_LENGTH:
+    case SET_SCALE_LENGTH:
+    case SET_OPB_SCALE:
+    case SET_WEIGHT1_LENGTH:
+    case SET_SCALE1_LENGTH:
+      return reserved_bits(param, 0x0000);
+    default:
+      return Error::Ok;
+  }
 }
 
 // ------------------------------------------------------------- memory
@@ -447,10 +546,13 @@ Error Model::region_span(int region, uint64_t addr, uint64_t len, bool write, co
 // Reads the registers of one feature map. IFM/IFM2 extents are set by the
 // caller; the OFM's come from its registers.
 Error Model::feature_map(FeatureMap& f, bool ifm2, bool ofm) {
+  // Ethos-U55/U65: the whole register is the region number, and a region the
+  // model is not given is refused by the region check.
+  const uint16_t region_mask = u85_ ? 0x7 : 0xffff;
   uint16_t prec;
   if (ofm) {
     f.name = "OFM";
-    f.region = p0(SET_OFM_REGION) & 0x7;
+    f.region = p0(SET_OFM_REGION) & region_mask;
     f.base[0] = a1(SET_OFM_BASE0);
     f.base[1] = a1(SET_OFM_BASE1);
     f.base[2] = a1(SET_OFM_BASE2);
@@ -479,7 +581,7 @@ Error Model::feature_map(FeatureMap& f, bool ifm2, bool ofm) {
     f.zp = f.is_signed ? static_cast<int16_t>(zp) : zp;
   } else {
     f.name = ifm2 ? "IFM2" : "IFM";
-    f.region = (ifm2 ? p0(SET_IFM2_REGION) : p0(SET_IFM_REGION)) & 0x7;
+    f.region = (ifm2 ? p0(SET_IFM2_REGION) : p0(SET_IFM_REGION)) & region_mask;
     const Cmd1 b0 = ifm2 ? SET_IFM2_BASE0 : SET_IFM_BASE0;
     for (int t = 0; t < 4; ++t) {
       f.base[t] = a1(static_cast<Cmd1>(b0 + t));
@@ -568,6 +670,82 @@ Error Model::element_ptr(const FeatureMap& f, int y, int x, int c, bool write, u
   return region_span(f.region, static_cast<uint64_t>(addr), f.esize, write, what, p);
 }
 
+Error Model::check_extent(const FeatureMap& f, bool write) {
+  if (f.chain >= 0) {
+    return Error::Ok;
+  }
+  size_t size = 0;
+  switch (f.region) {
+    case 0:
+      size = regions_.weights_size;
+      break;
+    case 1:
+      size = regions_.scratch_size;
+      break;
+    case 2:
+      size = regions_.fast_scratch_size;
+      break;
+    default:
+      break;
+  }
+  uint8_t* unused;
+  Error e = region_span(f.region, 0, 0, write, f.name, &unused);
+  if (e != Error::Ok) {
+    return e;
+  }
+  // Each tile's addresses grow with y, x and c (bases and strides are unsigned), so
+  // the tile lies inside the region when its last element does.
+  const int64_t last_c = f.c - 1;
+  int64_t cmax = last_c * f.esize;
+  if (f.brick) {
+    cmax = (last_c / 16) * f.sc + (last_c % 16) * f.esize;
+    if (last_c >= 16) {
+      cmax = std::max(cmax, (last_c / 16 - 1) * f.sc + 15 * f.esize);
+    }
+  }
+  struct Tile {
+    int index, rows, cols;
+  };
+  Tile tiles[4];
+  int ntiles = 0;
+  tiles[ntiles++] = {0, std::min(f.h, f.h0), std::min(f.w, f.w0)};
+  if (f.w > f.w0) {
+    tiles[ntiles++] = {1, std::min(f.h, f.h1), f.w - f.w0};
+    if (f.h > f.h1) {
+      tiles[ntiles++] = {3, f.h - f.h1, f.w - f.w0};
+    }
+  }
+  if (f.h > f.h0) {
+    tiles[ntiles++] = {2, f.h - f.h0, std::min(f.w, f.w0)};
+  }
+  for (int k = 0; k < ntiles; ++k) {
+    const Tile& t = tiles[k];
+    // At most 2^40 + 2^16 * 2^40 * 2 + 2^56: no overflow.
+    const uint64_t end = f.base[t.index] + static_cast<uint64_t>(t.rows - 1) * f.sy +
+                         static_cast<uint64_t>(t.cols - 1) * f.sx + static_cast<uint64_t>(cmax) +
+                         static_cast<uint64_t>(f.esize);
+    if (end > size) {
+      return fail(Error::InvalidProgram,
+                  "%s tile %d (%d x %d x %d, base 0x%llx, strides y %lld x %lld c %lld) ends at "
+                  "byte %llu, past region %d of %lu bytes",
+                  f.name, t.index, t.rows, t.cols, f.c,
+                  static_cast<unsigned long long>(f.base[t.index]), static_cast<long long>(f.sy),
+                  static_cast<long long>(f.sx), static_cast<long long>(f.sc),
+                  static_cast<unsigned long long>(end), f.region,
+                  static_cast<unsigned long>(size));
+    }
+  }
+  // Ethos-U55/U65: strides never fold a tile onto itself, so a feature map holds at most
+  // four tiles' worth of its region (the tiles may alias each other).
+  const uint64_t n = static_cast<uint64_t>(f.h) * f.w * f.c;
+  if (!u85_ && n > 4 * (size / f.esize)) {
+    return fail(Error::InvalidProgram,
+                "%s of %d x %d x %d elements: more than four tiles of region %d (%lu bytes) hold",
+                f.name, f.h, f.w, f.c, f.region, static_cast<unsigned long>(size));
+  }
+  return Error::Ok;
+}
+
 int64_t load(const uint8_t* p, int esize, bool is_signed) {
   switch (esize) {
     case 1:
@@ -596,13 +774,17 @@ Error Model::read_dense(const FeatureMap& f, std::vector<int32_t>& out) {
   if (f.chain >= 0) {
     return read_chain(f, out);
   }
+  Error e = check_extent(f, false);
+  if (e != Error::Ok) {
+    return e;
+  }
   out.resize(n);
   size_t k = 0;
   for (int y = 0; y < f.h; ++y) {
     for (int x = 0; x < f.w; ++x) {
       for (int c = 0; c < f.c; ++c) {
         uint8_t* p;
-        Error e = element_ptr(f, y, x, c, false, &p);
+        e = element_ptr(f, y, x, c, false, &p);
         if (e != Error::Ok) {
           return e;
         }

@@ -82,7 +82,8 @@ bool mlw_decode(
     size_t size,
     std::vector<int16_t>& out,
     char* msg,
-    size_t msg_cap) {
+    size_t msg_cap,
+    uint64_t max_count) {
   BitReader bb(in, size);
   bool first = true;
   bool prev_runs = false;
@@ -281,6 +282,14 @@ bool mlw_decode(
         out.size() + static_cast<size_t>(total_zeros) + nvalues > (size_t{1} << 28)) {
       say(msg, msg_cap, "weight stream slice %d: implausible zero-run total %lld", slice,
           static_cast<long long>(total_zeros));
+      return false;
+    }
+    const uint64_t slice_count =
+        static_cast<uint64_t>(total_zeros) + static_cast<uint64_t>(nvalues);
+    if (out.size() + slice_count > max_count) {
+      say(msg, msg_cap,
+          "weight stream slice %d: decodes to more than the %llu weights the kernel reads",
+          slice, static_cast<unsigned long long>(max_count));
       return false;
     }
     if (newpal && runs) {

@@ -28,9 +28,9 @@ constexpr int kRoundNatural = 2;
 // Ethos-U85 DOUBLE_SYMMETRIC, accepted only where the shift is 0 (exact).
 constexpr int kRoundExact = 3;
 
-// Resource bounds for one operation: a hostile stream may describe feature
-// maps of 65536^3 elements; the model refuses instead of allocating them.
-// The fuzz build lowers them so one input cannot run for minutes.
+// Resource bounds for one operation, beyond the region checks
+// (Model::check_extent): the most elements one feature map may have and the
+// most multiply-accumulates one kernel may do.
 #ifndef ETHOSU_NG_NPU_MODEL_MAX_ELEMENTS_LOG2
 #define ETHOSU_NG_NPU_MODEL_MAX_ELEMENTS_LOG2 26
 #endif
@@ -55,6 +55,9 @@ struct FeatureMap {
   // Ethos-U85 OFM: the stored axes in terms of the computed (h, w, c) ones
   // (OFM_PRECISION activation_transpose; 0 is HWC, the identity).
   int transpose = 0;
+  // Ethos-U85 OFM: the axis written in reverse order (OFM_PRECISION
+  // activation_reverse; 0 none, 1 H, 2 W, 3 C).
+  int reverse = 0;
   // Ethos-U85 chaining buffer this map is (storage CHAINED), -1 for memory.
   int chain = -1;
   int32_t zp = 0;
@@ -152,8 +155,8 @@ class Model {
   Error check_ifm_padding(int pt, int pl, int pb, int pr) {
     if (pt > 127 || pl > 127 || pb > 255 || pr > 255) {
       return fail(Error::InvalidProgram,
-                  "IFM padding (t %d l %d b %d r %d): IFM_PAD_TOP/LEFT are 7-bit fields (0..127), "
-                  "IFM_PAD_BOTTOM/RIGHT 8-bit (0..255)",
+                  "IFM padding (t %d l %d b %d r %d): IFM_PAD_TOP and IFM_PAD_LEFT are 7-bit "
+                  "fields (0..127), IFM_PAD_BOTTOM and IFM_PAD_RIGHT 8-bit (0..255)",
                   pt, pl, pb, pr);
     }
     return Error::Ok;
@@ -171,6 +174,11 @@ class Model {
     }
     return Error::Ok;
   }
+  // Ethos-U55/U65 register values checked where they are set: reserved bits
+  // and modes the model does not implement (docs/npu-model.md, "Registers").
+  Error check_u55_cmd0(uint16_t op, uint16_t param);
+  Error check_u55_cmd1(uint16_t op, uint16_t param);
+  Error reserved_bits(uint16_t param, uint16_t used);
   Error op_conv(bool depthwise);
   Error op_pool();
   Error op_elementwise();
@@ -196,6 +204,9 @@ class Model {
   Error read_dense(const FeatureMap& f, std::vector<int32_t>& out);
   Error read_ifm(FeatureMap& f, int upscale, std::vector<int32_t>& out);
   Error element_ptr(const FeatureMap& f, int y, int x, int c, bool write, uint8_t** p);
+  // Before anything is allocated or written: every tile of `f` lies inside its
+  // region, and f holds no more elements than four tiles of its region can.
+  Error check_extent(const FeatureMap& f, bool write);
   Error write_output(const FeatureMap& ofm, int y, int x, int c, int64_t scaled);
   Error output_setup(const FeatureMap& ofm);
 

@@ -60,13 +60,16 @@ Error run_payload(
 
 // Decodes one compressed weight stream (Vela's mlw format) into signed
 // 9-bit weights, appended to `out`. Returns false with a message on a
-// malformed or truncated stream (never reads outside [in, in + size)).
+// malformed or truncated stream (never reads outside [in, in + size)) and on
+// a stream that decodes to more than `max_count` weights (checked before
+// they are appended).
 bool mlw_decode(
     const uint8_t* in,
     size_t size,
     std::vector<int16_t>& out,
     char* msg,
-    size_t msg_cap);
+    size_t msg_cap,
+    uint64_t max_count = uint64_t{1} << 28);
 
 // Decodes `count` weights of one Ethos-U85 fast-weight-decode (FWD) stream,
 // appended to `out`. Returns false with a message when the stream is shorter

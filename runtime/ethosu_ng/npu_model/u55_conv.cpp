@@ -78,9 +78,53 @@ void traverse_weights(const WeightLayout& L, Fn&& fn) {
   }
 }
 
+// Number of fn calls traverse_weights(L, fn) makes (stream positions, padding
+// included), in closed form: the stream must decode to exactly this many
+// weights, which bounds the decode before anything is allocated.
+uint64_t weight_positions(const WeightLayout& L) {
+  const int ifm_block_depth = (L.part_kernel || L.ifm_bits == 16) ? 16 : 32;
+  auto ceil_div = [](uint64_t a, uint64_t b) { return (a + b - 1) / b; };
+  uint64_t ofm_slots = 0; // OFM micro-block slots over all OFM blocks
+  for (int z = 0; z < L.ofm_depth; z += L.ofm_block_depth) {
+    const int clipped = std::min(L.ofm_block_depth, L.ofm_depth - z);
+    ofm_slots += ceil_div(clipped, L.ofm_ublock) * L.ofm_ublock;
+  }
+  uint64_t ifm_slots = 0; // IFM positions per OFM slot and kernel element
+  const int ifm_end = L.depthwise ? 1 : L.ifm_depth;
+  for (int z = 0; z < ifm_end; z += ifm_block_depth) {
+    int clipped;
+    if (L.depthwise) {
+      clipped = L.ifm_ublock;
+    } else {
+      clipped = L.part_kernel ? std::min(ifm_block_depth, L.ifm_depth - z) : ifm_block_depth;
+    }
+    const uint64_t outer = L.part_kernel ? ceil_div(clipped, L.ifm_ublock) : 1;
+    const uint64_t inner = L.part_kernel ? 1 : ceil_div(clipped, L.ifm_ublock);
+    ifm_slots += outer * inner * (L.depthwise ? 1 : L.ifm_ublock);
+  }
+  const uint64_t m = L.part_kernel ? (L.ifm_bits == 16 ? 2 : 4) : L.depthwise ? 4 : 1;
+  auto padded = [&](uint64_t n) { return ceil_div(n, m) * m; };
+  const uint64_t full_h = L.kh / L.decomp_h, rem_h = L.kh % L.decomp_h;
+  const uint64_t full_w = L.kw / L.decomp_w, rem_w = L.kw % L.decomp_w;
+  const uint64_t dh = L.decomp_h, dw = L.decomp_w;
+  const uint64_t elements = full_h * full_w * padded(dh * dw) +
+                            (rem_w ? full_h * padded(dh * rem_w) : 0) +
+                            (rem_h ? full_w * padded(rem_h * dw) : 0) +
+                            (rem_h && rem_w ? padded(rem_h * rem_w) : 0);
+  // ofm_slots, ifm_slots < 2^21 and elements < 2^33: the product fits 2^75 only
+  // in theory; saturate instead of wrapping.
+  uint64_t r;
+  if (__builtin_mul_overflow(ofm_slots, ifm_slots, &r) ||
+      __builtin_mul_overflow(r, elements, &r)) {
+    return UINT64_MAX;
+  }
+  return r;
+}
+
 Error Model::op_conv(bool depthwise) {
   FeatureMap ifm, ofm;
   Error e = feature_map(ofm, false, true);
+  e = e == Error::Ok ? check_extent(ofm, true) : e;
   if (e != Error::Ok) {
     return e;
   }
@@ -143,7 +187,10 @@ Error Model::op_conv(bool depthwise) {
   }
   if (d1(SET_WEIGHT1_LENGTH) != 0 || d1(SET_SCALE1_LENGTH) != 0) {
     return fail(Error::NotSupported,
-                "WEIGHT1/SCALE1 streams (dual-core Ethos-U65-512) not modelled");
+                "WEIGHT1_LENGTH %lu / SCALE1_LENGTH %lu: second-core streams (Ethos-U65-512) not "
+                "modelled",
+                static_cast<unsigned long>(d1(SET_WEIGHT1_LENGTH)),
+                static_cast<unsigned long>(d1(SET_SCALE1_LENGTH)));
   }
   e = output_setup(ofm);
   if (e != Error::Ok) {
@@ -153,17 +200,10 @@ Error Model::op_conv(bool depthwise) {
   // Weights.
   uint8_t* wp;
   const uint64_t wlen = d1(SET_WEIGHT_LENGTH);
-  e = region_span(p0(SET_WEIGHT_REGION) & 7, a1(SET_WEIGHT_BASE), wlen, false, "weight stream",
+  e = region_span(p0(SET_WEIGHT_REGION), a1(SET_WEIGHT_BASE), wlen, false, "weight stream",
                   &wp);
   if (e != Error::Ok) {
     return e;
-  }
-  std::vector<int16_t> decoded;
-  char wmsg[200];
-  if (!mlw_decode(wp, wlen, decoded, wmsg, sizeof(wmsg))) {
-    return fail(Error::InvalidProgram, "weight stream at 0x%llx (+%llu): %s",
-                static_cast<unsigned long long>(a1(SET_WEIGHT_BASE)),
-                static_cast<unsigned long long>(wlen), wmsg);
   }
   WeightLayout L;
   L.ofm_depth = ofm.c;
@@ -178,6 +218,22 @@ Error Model::op_conv(bool depthwise) {
   L.ifm_bits = ifm.bits;
   L.decomp_h = decomp / dil_y;
   L.decomp_w = decomp / dil_x;
+  const uint64_t positions = weight_positions(L);
+  std::vector<int16_t> decoded;
+  char wmsg[200];
+  if (!mlw_decode(wp, wlen, decoded, wmsg, sizeof(wmsg), positions)) {
+    return fail(Error::InvalidProgram, "weight stream at 0x%llx (+%llu): %s",
+                static_cast<unsigned long long>(a1(SET_WEIGHT_BASE)),
+                static_cast<unsigned long long>(wlen), wmsg);
+  }
+  if (decoded.size() != positions) {
+    return fail(Error::InvalidProgram,
+                "weight stream decodes to %lu weights; OFM depth %d, kernel %d x %d, IFM depth "
+                "%d, block depth %d need %llu",
+                static_cast<unsigned long>(decoded.size()), ofm.c, kh, kw, L.ifm_depth,
+                L.ofm_block_depth, static_cast<unsigned long long>(positions));
+  }
+  // Every weight has a position: wcount <= positions == decoded.size().
   const size_t wcount = static_cast<size_t>(ofm.c) * kh * kw * L.ifm_depth;
   std::vector<int16_t> W(wcount, 0); // [oc][ky][kx][ic]
   size_t pos = 0;
@@ -213,7 +269,7 @@ Error Model::op_conv(bool depthwise) {
     return fail(Error::InvalidProgram, "SCALE_LENGTH %llu < 10 bytes x OFM depth %d",
                 static_cast<unsigned long long>(slen), ofm.c);
   }
-  e = region_span(p0(SET_SCALE_REGION) & 7, a1(SET_SCALE_BASE), static_cast<uint64_t>(ofm.c) * 10,
+  e = region_span(p0(SET_SCALE_REGION), a1(SET_SCALE_BASE), static_cast<uint64_t>(ofm.c) * 10,
                   false, "scale stream", &sp);
   if (e != Error::Ok) {
     return e;

@@ -47,6 +47,7 @@ Error Model::op_elementwise() {
   const bool unary = m == Elementwise::kLrelu || m == Elementwise::kAbs || m == Elementwise::kClz;
   FeatureMap ifm, ifm2, ofm;
   Error e = feature_map(ofm, false, true);
+  e = e == Error::Ok ? check_extent(ofm, true) : e;
   if (e != Error::Ok) {
     return e;
   }

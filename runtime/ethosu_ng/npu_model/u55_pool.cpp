@@ -23,6 +23,7 @@ Error Model::op_pool() {
   }
   FeatureMap ifm, ofm;
   Error e = feature_map(ofm, false, true);
+  e = e == Error::Ok ? check_extent(ofm, true) : e;
   if (e != Error::Ok) {
     return e;
   }
