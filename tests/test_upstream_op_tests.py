@@ -151,3 +151,29 @@ def test_run_resumes_and_tables(tmp_path, capsys):
     assert bench.main(["--table", "--results", str(results), "--targets", "u85"]) == 0
     out = capsys.readouterr().out
     assert "| add u85 | 1 | 1/1 | 1/1 | 1/1 | 1/1 |" in out, out
+
+
+@pytest.mark.parametrize(
+    "file, function, param",
+    [
+        ("test_eq", "test_eq_scalar_u85_INT_tensor", "eq_tensor_rank1_ones"),
+        ("test_logical", "test_logical_and_u85_INT", "rand_rank2"),
+    ],
+)
+def test_bool_results_and_operands_cross_u85_boundaries_bit_exact(cases, file, function, param):
+    """A comparison's bool output and a logical op's bool operands cross the delegate boundary
+    typed as bool: the whole op is delegated and the host run equals the eager quantized model."""
+    found, _ = cases
+    rec = bench.run_case(_case(found, file, function, param, "u85"))
+    assert rec["stage"] is None, rec.get("traceback")
+    assert rec["delegated"] and rec["fully_delegated"], rec["cpu_reasons"]
+    assert rec["host_run"] and rec["bit_exact"], rec
+
+
+def test_while_loop_on_u85_fails_at_partition_time(cases):
+    found, _ = cases
+    rec = bench.run_case(
+        _case(found, "test_while", "test_while_loop_u85_INT", "two_in_two_out", "u85")
+    )
+    assert rec["stage"] == "lower", rec
+    assert rec["reason"].startswith("UnsupportedControlFlowError: node while_loop"), rec["reason"]
