@@ -4,7 +4,7 @@ replaces, before Vela's stream is accepted (``EthosUNGCompileSpec.verify_lowerin
 
 The quantized partition (the edge graph ``to_backend`` carves, before upstream's lowering edits
 it) is evaluated exactly: every float op in float64 and each quantize rounding the float64 value
-(``numerics.op_numerics.exact_outputs``), so float32 rounding noise, which deep partitions amplify
+(``numerics.op_numerics.ExactEvaluator``), so float32 rounding noise, which deep partitions amplify
 to many LSB, is not mistaken for a lowering defect. Its inputs are the verified compile's samples
 (``verify_npu.Reference``), laid out logically; its outputs are compared with the TOSA reference
 model's in LSB of each output's integer grid. Beyond the tolerance (``LSB_TOLERANCE``, widened
@@ -65,6 +65,8 @@ class LoweringVerdict:
     output: Optional[int] = None
     seconds: float = 0.0  # on the compile's critical path
     exact_seconds: float = 0.0  # the exact evaluation's own time, beside Vela
+    exact_cpu_seconds: float = 0.0  # its CPU time
+    reference_cpu_seconds: float = 0.0  # the TOSA reference run's (shared with verify_npu)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -91,24 +93,34 @@ def _exact_all(gm, samples: List[List[torch.Tensor]]):
     interpolated tables, and intermediates that a fused lowering keeps in its 32-bit accumulator
     unclamped (int16's range holds activations far beyond the calibrated ones, so a sum that the
     quantized model saturates is in range for TOSA)."""
-    from ethosu_ng.numerics.op_numerics import exact_outputs
+    from ethosu_ng.numerics.op_numerics import ExactEvaluator
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.thread_time()
     outs = []
     int16 = _has_int16(gm)
+    evaluator = ExactEvaluator(gm)
     with torch.no_grad():
         for inputs in samples:
-            base = exact_outputs(gm, inputs, rounding="half_up")[0]
-            flipped = exact_outputs(gm, inputs, rounding="half_up", flip_ties_within=NEAR_TIE)[0]
+            base = evaluator.run(inputs, rounding="half_up", count_within=NEAR_TIE)
+            # The flipped run differs from the base run only where a quantize's value lies
+            # within NEAR_TIE of a tie (``op_numerics._round``). With none in the base run, the
+            # first quantize of the flipped run sees the base run's values and rounds them the
+            # same, and so, node by node in graph order, does every later op: its outputs are
+            # the base run's.
+            flipped = (
+                evaluator.run(inputs, rounding="half_up", flip_ties_within=NEAR_TIE).outputs
+                if base.near_ties
+                else base.outputs
+            )
             hardware = (
-                exact_outputs(
-                    gm, inputs, rounding="half_up", saturate_intermediates=False, int16_tables=True
-                )[0]
+                evaluator.run(
+                    inputs, rounding="half_up", saturate_intermediates=False, int16_tables=True
+                ).outputs
                 if int16
                 else None
             )
-            outs.append((base, flipped, hardware))
-    return outs, time.perf_counter() - t0
+            outs.append((base.outputs, flipped, hardware))
+    return outs, time.perf_counter() - t0, time.thread_time() - cpu0
 
 
 def start_exact(
@@ -142,14 +154,19 @@ def verify(
     if reference is None or exact is None:
         return LoweringVerdict("skipped", "no reference run for this partition")
     try:
-        tosa_runs, _ = reference.outputs.result()
+        tosa_runs, _, reference_cpu = reference.outputs.result()
     except Exception as e:  # noqa: BLE001 - a graph the reference rejects cannot be checked
         return LoweringVerdict("skipped", f"TOSA reference model: {type(e).__name__}: {e}")
     try:
-        exact_runs, exact_s = exact.result()
+        exact_runs, exact_s, exact_cpu = exact.result()
     except Exception as e:  # noqa: BLE001 - an op the exact evaluation cannot run
         return LoweringVerdict("skipped", f"exact evaluation: {type(e).__name__}: {e}")
-    verdict = LoweringVerdict("verified", exact_seconds=exact_s)
+    verdict = LoweringVerdict(
+        "verified",
+        exact_seconds=exact_s,
+        exact_cpu_seconds=exact_cpu,
+        reference_cpu_seconds=reference_cpu,
+    )
     worst = (0, None, "")  # difference, output, where: the largest beyond its tolerance
     for (want_all, flipped_all, hardware_all), got_all in zip(exact_runs, tosa_runs):
         hardware_all = hardware_all or [None] * len(want_all)

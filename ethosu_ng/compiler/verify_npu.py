@@ -68,6 +68,8 @@ class NpuVerdict:
     elements_differing: int = 0
     seconds: float = 0.0  # on the compile's critical path: waiting for the reference, the model
     reference_seconds: float = 0.0  # the TOSA reference model's own time, beside Vela
+    reference_cpu_seconds: float = 0.0  # its CPU time (0 when no Vela zygote ran it)
+    model_cpu_seconds: float = 0.0  # the NPU model's CPU time
     retried_with: List[str] = field(default_factory=list)  # Vela flags that made it verify
 
     def as_dict(self) -> dict:
@@ -108,7 +110,8 @@ class Reference:
     inputs depend only on the TOSA graph and the declared dtypes, not on Vela's placement."""
 
     samples: List[List[np.ndarray]]
-    outputs: Future  # (List[List[np.ndarray]] per sample, seconds the reference model took)
+    # (List[List[np.ndarray]] per sample, seconds the reference model took, its CPU seconds)
+    outputs: Future
 
     @classmethod
     def start(cls, tosa: bytes, dtypes: Sequence, shapes: Sequence[tuple]) -> Reference:
@@ -175,7 +178,7 @@ def _run_tosa_all(tosa: bytes, samples):
         with np.load(outs) as got:
             n_out = sum(1 for k in got.files if k.startswith("s0_"))
             result = [[got[f"s{s}_{j}"] for j in range(n_out)] for s in range(len(samples))]
-    return result, time.perf_counter() - t0
+    return result, time.perf_counter() - t0, run.cpu_seconds or 0.0
 
 
 def _run_model(
@@ -217,10 +220,13 @@ def verify(
     verdict = NpuVerdict("verified")
     worst = (0, None, 0, "")  # max diff, output, elements differing, where
     try:
-        tosa_runs, verdict.reference_seconds = reference.outputs.result()
+        tosa_runs, verdict.reference_seconds, verdict.reference_cpu_seconds = (
+            reference.outputs.result()
+        )
     except Exception as e:  # noqa: BLE001 - a graph the reference rejects cannot be checked
         return NpuVerdict("skipped", f"TOSA reference model: {type(e).__name__}: {e}")
     for k, (arrays, want) in enumerate(zip(reference.samples, tosa_runs)):
+        cpu0 = time.thread_time()
         try:
             got = _run_model(vela, inputs, outputs, arrays, POISON[k % len(POISON)])
         except rt.NpuModelError as e:
@@ -228,6 +234,7 @@ def verify(
                 # A gap of the model, not a fault of the stream: ship it, and say so.
                 return NpuVerdict("skipped", f"the NPU model does not implement: {e}")
             raise NpuDeviation(name, spec.target, "invalid command stream", str(e)) from None
+        verdict.model_cpu_seconds += time.thread_time() - cpu0
         for j, (g, w) in enumerate(zip(got, want)):
             w = np.asarray(w)
             if w.dtype != g.dtype and w.dtype.itemsize == g.dtype.itemsize:

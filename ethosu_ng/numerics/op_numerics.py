@@ -88,32 +88,41 @@ def _scalar(v) -> float:
     return float(v.item()) if isinstance(v, torch.Tensor) else float(v)
 
 
+def _near_tie(v: torch.Tensor, within: float) -> torch.Tensor:
+    """Where ``v`` lies within ``within`` of a rounding tie (x.5)."""
+    return (v - torch.floor(v) - 0.5).abs() < within
+
+
 def _round(v: torch.Tensor, rounding: str, flip_ties_within: Optional[float]) -> torch.Tensor:
     """``half_even`` (torch.round, as the eager model) or ``half_up`` (as TOSA's RESCALE);
     ``flip_ties_within``: values that close to a tie round the other way (a sensitivity run)."""
     r = torch.round(v) if rounding == "half_even" else torch.floor(v + 0.5)
     if flip_ties_within:
         lo = torch.floor(v)
-        near = (v - lo - 0.5).abs() < flip_ties_within
-        r = torch.where(near, torch.where(r == lo, lo + 1, lo), r)
+        r = torch.where(_near_tie(v, flip_ties_within), torch.where(r == lo, lo + 1, lo), r)
     return r
 
 
-def _exact_quantize(op, x64, args, rounding="half_even", flip_ties_within=None, saturate=True):
-    """``saturate=False``: rounded but not clamped, as int64 (a value a fused lowering keeps in
-    a wider accumulator)."""
+def _exact_quantize(
+    op, x64, args, rounding="half_even", flip_ties_within=None, saturate=True, count_within=None
+):
+    """(the integers, how many values lay within ``count_within`` of a tie: 0 when None).
+    ``saturate=False``: rounded but not clamped, as int64 (a value a fused lowering keeps in a
+    wider accumulator)."""
     if op_name(op) in QUANTIZE_PER_TENSOR_OPS:
         scale, zp, qmin, qmax, dtype = _scalar(args[1]), int(_scalar(args[2])), *args[3:6]
-        q = _round(x64 / scale, rounding, flip_ties_within) + zp
+        v = x64 / scale
+        q = _round(v, rounding, flip_ties_within) + zp
     else:
         scales, zps, axis, qmin, qmax, dtype = args[1:7]
         shape = [1] * x64.dim()
         shape[axis] = -1
         v = x64 / scales.to(torch.float64).view(shape)
         q = _round(v, rounding, flip_ties_within) + zps.to(torch.float64).view(shape)
+    near = int(_near_tie(v, count_within).sum()) if count_within else 0
     if not saturate:
-        return q.to(torch.int64)
-    return torch.clamp(q, qmin, qmax).to(dtype)
+        return q.to(torch.int64), near
+    return torch.clamp(q, qmin, qmax).to(dtype), near
 
 
 def _exact_dequantize(op, q, args):
@@ -162,7 +171,21 @@ def _per_tensor_qparams(node) -> Optional[tuple]:
     return float(a[1]), int(a[2]), int(a[3]), int(a[4]), a[5]
 
 
+def _dequantizes_a_constant(n: torch.fx.Node) -> bool:
+    """A dequantize of a stored tensor (a weight): no input, no rounding mode can change it."""
+    return (
+        n.op == "call_function"
+        and op_name(_base(n.target)) in DEQUANTIZE_OPS
+        and isinstance(n.args[0], torch.fx.Node)
+        and n.args[0].op == "get_attr"
+    )
+
+
 class _Lockstep(Interpreter):
+    """``eager=False``: the exact evaluation alone (no float32 path, no per-quantize records);
+    ``constants``: a dict that keeps each dequantized constant (a weight) across runs;
+    ``count_within``: ``near_ties`` counts the quantized values within that of a tie."""
+
     def __init__(
         self,
         gm,
@@ -170,11 +193,16 @@ class _Lockstep(Interpreter):
         flip_ties_within: Optional[float] = None,
         saturate_intermediates: bool = True,
         int16_tables: bool = False,
+        eager: bool = True,
+        constants: Optional[dict] = None,
+        count_within: Optional[float] = None,
     ):
         super().__init__(gm)
         self.ops: List[OpNumerics] = []
         self.rounding, self.flip_ties_within = rounding, flip_ties_within
         self.int16_tables = int16_tables
+        self.eager, self.constants = eager, constants
+        self.count_within, self.near_ties = count_within, 0
         self.unsaturated = (
             set()
             if saturate_intermediates
@@ -187,25 +215,27 @@ class _Lockstep(Interpreter):
             }
         )
 
-    def placeholder(self, target, args, kwargs):
-        v = super().placeholder(target, args, kwargs)
+    def _pair(self, v):
         return (
-            _Pair(v, v.to(torch.float64))
+            _Pair(v if self.eager else None, v.to(torch.float64))
             if isinstance(v, torch.Tensor) and v.is_floating_point()
             else v
         )
 
+    def placeholder(self, target, args, kwargs):
+        return self._pair(super().placeholder(target, args, kwargs))
+
     def get_attr(self, target, args, kwargs):
-        v = super().get_attr(target, args, kwargs)
-        return (
-            _Pair(v, v.to(torch.float64))
-            if isinstance(v, torch.Tensor) and v.is_floating_point()
-            else v
-        )
+        return self._pair(super().get_attr(target, args, kwargs))
 
     def run_node(self, n):
         self._current = n
-        return super().run_node(n)
+        if self.constants is None or not _dequantizes_a_constant(n):
+            return super().run_node(n)
+        # Its value depends on the constant alone, not on the run's rounding or inputs.
+        if n not in self.constants:
+            self.constants[n] = super().run_node(n)
+        return self.constants[n]
 
     def call_function(self, target, args, kwargs):
         op = _base(target)
@@ -215,7 +245,12 @@ class _Lockstep(Interpreter):
         k64 = tree_map(lambda v: v.f64 if isinstance(v, _Pair) else v, kwargs)
         if op_name(op) in QUANTIZE_OPS:
             saturate = self._current not in self.unsaturated
-            exact = _exact_quantize(op, a64[0], a64, self.rounding, self.flip_ties_within, saturate)
+            exact, near = _exact_quantize(
+                op, a64[0], a64, self.rounding, self.flip_ties_within, saturate, self.count_within
+            )
+            self.near_ties += near
+            if not self.eager:
+                return exact
             eager = target(*a32, **k32)
             diff = (eager.to(torch.int64) - exact.to(torch.int64)).abs()
             src = self._current.args[0]
@@ -231,14 +266,15 @@ class _Lockstep(Interpreter):
             return exact  # both paths continue from the exact integers
         if op_name(op) in DEQUANTIZE_OPS:
             exact = _exact_dequantize(op, a64[0], a64)
+            if not self.eager:
+                return _Pair(None, exact)
             if a64[0].dtype == torch.int64:  # unsaturated integers, wider than the dtype
                 return _Pair(exact.float(), exact)
             return _Pair(target(*a32, **k32), exact)
         if self.int16_tables:
             looked_up = self._int16_table(a64)
             if looked_up is not None:
-                return _Pair(looked_up.float(), looked_up)
-        r32 = target(*a32, **k32)
+                return _Pair(looked_up.float() if self.eager else None, looked_up)
 
         def up(v):
             if isinstance(v, torch.Tensor) and v.dtype == torch.float32:
@@ -246,6 +282,14 @@ class _Lockstep(Interpreter):
             return v
 
         r64 = target(*tree_map(up, a64), **tree_map(up, k64))
+        if not self.eager:
+            return tree_map(
+                lambda y: (
+                    _Pair(None, y) if isinstance(y, torch.Tensor) and y.is_floating_point() else y
+                ),
+                r64,
+            )
+        r32 = target(*a32, **k32)
         # float results carry both evaluations; anything else continues from the exact one
         return tree_map(
             lambda x, y: (
@@ -296,9 +340,50 @@ def exact_outputs(
     graph round but do not clamp. ``int16_tables``: an int16 op upstream lowers to a TABLE is
     evaluated as that table (``numerics.int16_table``)."""
     lock = _Lockstep(gm, rounding, flip_ties_within, saturate_intermediates, int16_tables)
-    out = lock.run(*inputs)
+    return _outputs(lock.run(*inputs)), lock.ops
+
+
+def _outputs(out) -> list:
     out = list(out) if isinstance(out, (list, tuple)) else [out]
-    return [o.f64 if isinstance(o, _Pair) else o for o in out], lock.ops
+    return [o.f64 if isinstance(o, _Pair) else o for o in out]
+
+
+@dataclass
+class ExactRun:
+    outputs: list  # as ``exact_outputs``
+    near_ties: int  # quantized values, over all quantizes, within ``count_within`` of a tie
+
+
+class ExactEvaluator:
+    """``exact_outputs`` for repeated runs of one graph, the exact evaluation alone: no float32
+    path, no per-quantize records (what the verified compile needs), and each dequantized
+    constant computed once. Its outputs equal ``exact_outputs``' bit for bit."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.gm = gm
+        self.constants: dict = {}
+
+    def run(
+        self,
+        inputs: Sequence[torch.Tensor],
+        rounding: str = "half_even",
+        flip_ties_within: Optional[float] = None,
+        saturate_intermediates: bool = True,
+        int16_tables: bool = False,
+        count_within: Optional[float] = None,
+    ) -> ExactRun:
+        lock = _Lockstep(
+            self.gm,
+            rounding,
+            flip_ties_within,
+            saturate_intermediates,
+            int16_tables,
+            eager=False,
+            constants=self.constants,
+            count_within=count_within,
+        )
+        out = _outputs(lock.run(*inputs))
+        return ExactRun(out, lock.near_ties)
 
 
 class _ExactChecker(_DelegateChecker):

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 _ZYGOTE = r"""
 import json, os, signal, sys
@@ -88,6 +88,7 @@ _GRACE_S = 30.0
 class Outcome:
     returncode: Optional[int]  # negative: killed by that signal; None: timed out
     output: str
+    cpu_seconds: Optional[float] = None  # the child's own CPU time, when a zygote ran it
 
 
 class _Zygote:
@@ -134,9 +135,11 @@ class _Zygote:
         line, _, self.pending = self.pending.partition(b"\n")
         return line.decode().strip()
 
-    def run(self, main: str, argv: List[str], log: str, timeout: float) -> Optional[int]:
-        """The child's wait status, or None if it outlived its alarm by ``_GRACE_S``. Raises
-        OSError if the zygote itself failed."""
+    def run(
+        self, main: str, argv: List[str], log: str, timeout: float
+    ) -> Tuple[Optional[int], float]:
+        """The child's wait status, or None if it outlived its alarm by ``_GRACE_S``, and its
+        CPU seconds. Raises OSError if the zygote itself failed."""
         req = json.dumps(
             {
                 "main": main,
@@ -155,11 +158,11 @@ class _Zygote:
         json.loads(line)["pid"]  # the zygote has forked: from here on, silence is the child's
         line = self._readline(timeout + _GRACE_S)
         if not line:
-            return None  # the pool kills this zygote, and the child with it (PR_SET_PDEATHSIG)
+            return None, 0.0  # the pool kills this zygote, and the child with it (PDEATHSIG)
         answer = json.loads(line)
         self.child_cpu += float(answer["child_cpu"])
         self.own_cpu = float(answer["own_cpu"])
-        return int(answer["status"])
+        return int(answer["status"]), float(answer["child_cpu"])
 
     def close(self) -> None:
         try:
@@ -219,9 +222,11 @@ class _ZygotePool:
             self.all.append(z)
         return z
 
-    def run(self, main: str, argv: List[str], log: str, timeout: float) -> Optional[int]:
-        """The child's wait status, None when it hung past its own alarm. Raises _NoZygote when
-        no zygote could run it."""
+    def run(
+        self, main: str, argv: List[str], log: str, timeout: float
+    ) -> Tuple[Optional[int], float]:
+        """The child's wait status, None when it hung past its own alarm, and its CPU seconds.
+        Raises _NoZygote when no zygote could run it."""
         starting = self.starting
         if starting is not None:
             starting.join()  # one zygote at a time, unless compiles run in parallel
@@ -234,7 +239,7 @@ class _ZygotePool:
             if z is None:
                 raise _NoZygote from None
         try:
-            status = z.run(main, argv, log, timeout)
+            status, cpu = z.run(main, argv, log, timeout)
         except Exception:
             self._discard(z)
             raise _NoZygote from None
@@ -242,7 +247,7 @@ class _ZygotePool:
             self._discard(z)  # its late answer about the killed child would pass for the next one's
         else:
             self.idle.put(z)
-        return status
+        return status, cpu
 
     def _discard(self, z: _Zygote) -> None:
         # Reaped by us, so its CPU (and its children's) now shows in os.times() instead.
@@ -288,7 +293,7 @@ def run_vela(main: str, argv: List[str], workdir: str, timeout: float) -> Outcom
     try:
         if _POOL is None:
             raise _NoZygote
-        status = _POOL.run(main, argv, log, timeout)
+        status, cpu = _POOL.run(main, argv, log, timeout)
     except _NoZygote:
         return _run_fresh(main, argv, timeout)
     output = ""
@@ -296,7 +301,7 @@ def run_vela(main: str, argv: List[str], workdir: str, timeout: float) -> Outcom
         with open(log, errors="replace") as f:
             output = f.read()
     code = None if status is None else os.waitstatus_to_exitcode(status)
-    return Outcome(None if code == -signal.SIGALRM else code, output)
+    return Outcome(None if code == -signal.SIGALRM else code, output, cpu)
 
 
 def _run_fresh(main: str, argv: List[str], timeout: float) -> Outcome:
