@@ -41,6 +41,14 @@ KEPT_WHOLE = frozenset(
         aten.bitwise_right_shift.Tensor_Scalar,
     }
 )
+# Python's operator spellings of the shifts (``x << y``): the same op under the name that has a
+# TOSA lowering and a portable kernel.
+SPELLINGS = {
+    aten.__lshift__.Tensor: aten.bitwise_left_shift.Tensor,
+    aten.__rshift__.Tensor: aten.bitwise_right_shift.Tensor,
+    aten.__lshift__.Scalar: aten.bitwise_left_shift.Tensor_Scalar,
+    aten.__rshift__.Scalar: aten.bitwise_right_shift.Tensor_Scalar,
+}
 KEPT_WHEN_QUANTIZED = frozenset({aten.erfinv.default})
 NON_CORE_ATEN_OPS = KEPT_WHOLE | KEPT_WHEN_QUANTIZED
 
@@ -131,7 +139,8 @@ def present(program: ExportedProgram) -> Set[torch._ops.OpOverload]:
 
 
 class DecomposeNonCoreAtenPass:
-    """Runs last: whether a node stays whole reads its final Q/DQ neighbours.
+    """Runs last: whether a node stays whole reads its final Q/DQ neighbours. Writes the
+    ``SPELLINGS`` of an op under its own name first.
 
     Writes each non-core-ATen node that does not stay whole in core ATen (torch's own
     decomposition, traced on the node's inputs), so edge generation's verifier accepts it and
@@ -150,6 +159,11 @@ class DecomposeNonCoreAtenPass:
         for gm in list(program.graph_module.modules()):
             if not isinstance(gm, torch.fx.GraphModule):
                 continue
+            respelled = [
+                n for n in gm.graph.nodes if n.op == "call_function" and n.target in SPELLINGS
+            ]
+            for n in respelled:
+                n.target = SPELLINGS[n.target]
             todo = [
                 n
                 for n in gm.graph.nodes
@@ -163,7 +177,7 @@ class DecomposeNonCoreAtenPass:
                         f"into it for the CPU"
                     )
                 self.decomposed[name] = target
-            if todo:
+            if todo or respelled:
                 gm.graph.lint()
                 gm.recompile()
         return program
