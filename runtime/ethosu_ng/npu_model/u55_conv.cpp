@@ -111,8 +111,8 @@ uint64_t weight_positions(const WeightLayout& L) {
                             (rem_w ? full_h * padded(dh * rem_w) : 0) +
                             (rem_h ? full_w * padded(rem_h * dw) : 0) +
                             (rem_h && rem_w ? padded(rem_h * rem_w) : 0);
-  // ofm_slots, ifm_slots < 2^21 and elements < 2^33: the product fits 2^75 only
-  // in theory; saturate instead of wrapping.
+  // Hostile sizes can take the product past 64 bits: saturate (no weight stream
+  // decodes to that many) instead of wrapping.
   uint64_t r;
   if (__builtin_mul_overflow(ofm_slots, ifm_slots, &r) ||
       __builtin_mul_overflow(r, elements, &r)) {
