@@ -490,3 +490,103 @@ def test_the_merged_rescale_runs_bit_exact_on_the_npu_model(zp):
     (want,) = run_reference(tosa, [every_int8])  # the graph as upstream made it
     (got,) = run_npu_model(vela, [every_int8])
     assert np.array_equal(got, want.reshape(-1)), np.abs(got - want.reshape(-1)).max()
+
+
+# ---- MoveRescaleThroughDataMovement ---------------------------------------------------------
+
+
+@st.composite
+def rescale_beside_data_movement(draw):
+    """A RESCALE separated by a TRANSPOSE or RESHAPE from the operator that folds it: toward
+    the writer (an ADD/SUB/MUL's int32 result moved, then rescaled to int8) or toward the reader
+    (an int8 operand rescaled to int32, moved, then added). A second reader of the moved
+    tensor (``build_beside``) keeps the RESCALE where it is."""
+    shape = [draw(st.integers(1, 4)) for _ in range(draw(st.integers(2, 4)))]
+    return (
+        draw(st.sampled_from(("writer", "reader"))),
+        draw(st.sampled_from(("ADD", "SUB", "MUL"))),
+        draw(st.sampled_from(("TRANSPOSE", "RESHAPE"))),
+        shape,
+        draw(st.integers(-128, 127)),
+        (draw(st.integers(1 << 30, (1 << 31) - 1)), draw(st.integers(33, 45))),
+    )
+
+
+def build_beside(side, op, dm, shape, zp, scale, second_reader):
+    b = Builder()
+
+    def move(t):
+        if dm == "TRANSPOSE":
+            return b.transpose(t, list(range(len(shape)))[::-1])
+        return b.reshape(t, [int(np.prod(shape))])
+
+    if side == "writer":
+        s = b.binary(op, *(b.rescale(b.input(shape), "INT32", *UNIT, in_zp=zp) for _ in "ab"))
+        moved = move(s)
+        b.output(b.rescale(moved, "INT8", *scale, out_zp=zp))
+    else:
+        moved = move(b.rescale(b.input(shape), "INT32", 1 << 30, 20, in_zp=zp))
+        other = b.rescale(b.input(b.shape(moved)), "INT32", 1 << 30, 20)
+        b.output(b.rescale(b.binary("ADD", moved, other), "INT8", *scale))
+    if second_reader:
+        b.output(moved)
+    return b.tosa()
+
+
+@pytest.mark.parametrize("second_reader", [False, True])
+@FAST
+@given(rescale_beside_data_movement())
+def test_a_rescale_moves_through_data_movement_to_the_operator_that_folds_it(second_reader, case):
+    from ethosu_ng.tosa_optimize.pipeline import REWRITES
+    from ethosu_ng.tosa_optimize.rewrites.move_rescale_through_data_movement import (
+        MoveRescaleThroughDataMovement,
+    )
+
+    tosa = build_beside(*case, second_reader)
+    # Alone: the transpose rewrites would turn a unit-dimension transpose into a reshape.
+    result = optimize(
+        tosa, disabled=[r for r in REWRITES if r is not MoveRescaleThroughDataMovement]
+    )
+    check_bit_exact(tosa, result.tosa, trials=2, seed=11)
+    moved = result.applied.get("MoveRescaleThroughDataMovement", 0)
+    assert moved == (0 if second_reader else 1)
+    if moved:  # the data movement now moves 8-bit data
+        g = tosa_ir.read(result.tosa)
+        dm = next(o for o in g.ops if o.op == case[2])
+        assert g.tensors[dm.outputs[0]].dtype == "INT8"
+
+
+def add_then_transpose(shape):
+    b = Builder()
+    s = b.binary("ADD", *(b.rescale(b.input(shape), "INT32", *UNIT, in_zp=-3) for _ in "ab"))
+    b.output(b.rescale(b.transpose(s, [0, 3, 1, 2]), "INT8", 1 << 30, 31, out_zp=4))
+    return b.tosa()
+
+
+@pytest.mark.parametrize("target", ["ethos-u85-256", "ethos-u55-128"])
+def test_a_result_rescale_moved_before_a_transpose_folds(target):
+    from ethosu_ng.tosa_optimize.rewrites.move_rescale_through_data_movement import (
+        MoveRescaleThroughDataMovement,
+    )
+
+    tosa = add_then_transpose([1, 56, 56, 40])
+    without = optimize(tosa, disabled=(MoveRescaleThroughDataMovement,), target=target).tosa
+    result = optimize(tosa, target=target)
+    assert result.applied.get("MoveRescaleThroughDataMovement") == 1
+    before, after = _vela(without, target), _vela(result.tosa, target)
+    assert after[0] < before[0] and after[1] < before[1]
+
+
+@pytest.mark.parametrize("zps", [(-128, 127), (0, 0), (127, -128)])
+def test_the_moved_rescale_runs_bit_exact_on_the_npu_model(zps):
+    tosa = add_then_transpose([1, 8, 8, 16])
+    result = optimize(tosa)
+    assert result.applied.get("MoveRescaleThroughDataMovement") == 1
+    _, _, vela = _vela(result.tosa, "ethos-u55-128")
+    ins, _ = tosa_io(tosa)
+    rng = np.random.default_rng(2)
+    extremes = [[np.full(i.shape, v, np.int8) for i, v in zip(ins, zps)]]
+    for arrays in [random_inputs(ins, rng), *extremes]:
+        (want,) = run_reference(tosa, arrays)  # the graph as upstream made it
+        (got,) = run_npu_model(vela, arrays)
+        assert np.array_equal(got, want.reshape(-1)), np.abs(got - want.reshape(-1)).max()

@@ -27,6 +27,9 @@ from ethosu_ng.tosa_optimize.rewrites.drop_identity_data_movement import DropIde
 from ethosu_ng.tosa_optimize.rewrites.fuse_transpose_chain import FuseTransposeChain
 from ethosu_ng.tosa_optimize.rewrites.merge_consecutive_rescales import MergeConsecutiveRescales
 from ethosu_ng.tosa_optimize.rewrites.merge_reshapes import MergeReshapes
+from ethosu_ng.tosa_optimize.rewrites.move_rescale_through_data_movement import (
+    MoveRescaleThroughDataMovement,
+)
 from ethosu_ng.tosa_optimize.rewrites.sink_transpose_to_cancel import SinkTransposeToCancel
 from ethosu_ng.tosa_optimize.rewrites.split_shared_add_result import SplitSharedAddResult
 from ethosu_ng.tosa_optimize.rewrites.split_shared_rescale import SplitSharedRescale
@@ -48,6 +51,7 @@ REWRITES: Tuple[type, ...] = (
     SplitSharedAddResult,
     SplitSharedRescale,
     AddOperandShiftToResult,
+    MoveRescaleThroughDataMovement,
     MergeConsecutiveRescales,
 )
 # The rewrites that take standalone RESCALEs away (bench/rescale_cycles.py turns them off).
@@ -55,6 +59,7 @@ RESCALE_REWRITES: Tuple[type, ...] = (
     SplitSharedAddResult,
     SplitSharedRescale,
     AddOperandShiftToResult,
+    MoveRescaleThroughDataMovement,
     MergeConsecutiveRescales,
 )
 MAX_ROUNDS = 64

@@ -22,6 +22,7 @@ from typing import Dict, Iterable, List, Optional
 from ethosu_ng.tosa_optimize import graph as tosa_ir
 from ethosu_ng.tosa_optimize.rewrites._rescale import (
     NARROW,
+    OUTPUT_SCALING,
     Rescale,
     read_rescale,
     reduce_scale,
@@ -31,10 +32,6 @@ DATA_MOVEMENT = frozenset(
     {"TRANSPOSE", "RESHAPE", "SLICE", "CONCAT", "PAD", "TILE", "REVERSE", "GATHER", "IDENTITY"}
 )
 ACTIVATIONS = frozenset({"CLAMP", "TABLE", "SIGMOID", "TANH", "ERF"})
-OUTPUT_SCALING = frozenset(
-    {"CONV2D", "DEPTHWISE_CONV2D", "TRANSPOSE_CONV2D", "CONV3D", "MATMUL", "MAX_POOL2D"}
-    | {"AVG_POOL2D", "REDUCE_SUM", "ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM"}
-)
 
 
 def _consumer_blocker(g, r: Rescale, consumers, family: str) -> str:

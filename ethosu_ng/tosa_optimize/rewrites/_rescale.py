@@ -26,6 +26,11 @@ from ethosu_ng.tosa_optimize.graph import Graph, Operator
 # U55/U65 in the forms upstream emits), MUL only with a unit operand scale (no input scaling).
 OPERAND_SCALING = {"ADD": "any", "SUB": "any", "MUL": "unit"}
 NARROW = ("INT8", "INT16")
+# Operators Vela gives an output scale (a RESCALE of their result folds into them).
+OUTPUT_SCALING = frozenset(
+    {"CONV2D", "DEPTHWISE_CONV2D", "TRANSPOSE_CONV2D", "CONV3D", "MATMUL", "MAX_POOL2D"}
+    | {"AVG_POOL2D", "REDUCE_SUM", "ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM"}
+)
 
 
 @dataclass(frozen=True)
