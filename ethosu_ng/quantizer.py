@@ -42,12 +42,27 @@ INT16_SCALE_FLOOR = 2.0**-24
 def activation_config(dtype: torch.dtype, per_channel: bool = True):
     """Upstream's quantization config for activations of ``dtype`` (int8 weights either way)."""
     if dtype == torch.int16:
-        return upstream.get_symmetric_a16w8_quantization_config(
+        config = upstream.get_symmetric_a16w8_quantization_config(
             is_per_channel=per_channel, epsilon=INT16_SCALE_FLOOR
+        )
+        return dataclasses.replace(
+            config,
+            input_activation=_full_int16_range(config.input_activation),
+            output_activation=_full_int16_range(config.output_activation),
         )
     if dtype == torch.int8:
         return upstream.get_symmetric_quantization_config(is_per_channel=per_channel)
     raise ValueError(f"activation dtype must be torch.int8 or torch.int16, got {dtype}")
+
+
+def _full_int16_range(spec):
+    """An int16 activation spec whose codes run from -32768: every int16 RESCALE (TOSA, and
+    the NPU's output stage) saturates to the dtype's range, so upstream's -32767 floor is a
+    value the quantized model clamps and the hardware does not (a negative overflow of a
+    convolution is -32768 there, and a reduction over such values adds the step up)."""
+    if spec is None or spec.quant_min != torch.iinfo(torch.int16).min + 1:
+        return spec
+    return dataclasses.replace(spec, quant_min=torch.iinfo(torch.int16).min)
 
 
 class EthosUNGQuantizer(upstream.EthosUQuantizer):

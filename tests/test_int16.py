@@ -316,3 +316,95 @@ def test_an_int16_partition_with_int48_biases_is_open_to_the_tosa_rewrites():
     for n in int48:
         np.testing.assert_array_equal(again.const_array(n), values[n])
     check_bit_exact(raw, written, what="INT48 round trip")
+
+
+# ------------------------------------------------------------------ int16 requantization, bit-exact
+class Accumulate(nn.Module):
+    """One op that TOSA accumulates in INT48 when its activations are int16."""
+
+    def __init__(self, kind: str, dim: int, out: int):
+        super().__init__()
+        self.kind = kind
+        self.fc = nn.Linear(dim, out)
+        self.conv = nn.Conv2d(dim, out, 3, padding=1)
+
+    def forward(self, x):
+        if self.kind == "linear":
+            return self.fc(x)
+        if self.kind == "conv":
+            return self.conv(x)
+        return torch.bmm(x, x.transpose(1, 2))
+
+
+def _partitions_as_quantized(monkeypatch):
+    """Record, per partition the verified compile checks, (the quantized partition, the
+    verification samples in logical layout, the TOSA reference model's outputs)."""
+    from ethosu_ng.compiler import verify_lowering
+
+    seen = []
+    real = verify_lowering.start_exact
+
+    def start_exact(gm, reference, inputs):
+        seen.append((gm, reference, inputs))
+        return real(gm, reference, inputs)
+
+    monkeypatch.setattr(verify_lowering, "start_exact", start_exact)
+
+    def collect():
+        for gm, reference, inputs in seen:
+            tosa_runs = reference.outputs.result()[0]
+            for sample, outs in zip(reference.samples, tosa_runs):
+                logical = [verify_lowering._logical(a, s) for a, s in zip(sample, inputs)]
+                yield gm, logical, outs
+
+    return collect
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    kind=st.sampled_from(["linear", "conv", "bmm"]),
+    target=st.sampled_from(["ethos-u55-128", "ethos-u85-256"]),
+    dim=st.integers(2, 24),
+    out=st.integers(1, 24),
+    spread=st.sampled_from([0.05, 1.0, 30.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_int16_requantization_reading_is_the_tosa_graph_bit_for_bit(
+    monkeypatch, kind, target, dim, out, spread, seed
+):
+    """An int16 convolution, linear or matmul accumulates in INT48, which TOSA requantizes with
+    a 16-bit multiplier and saturates to int16's whole range. On the verified compile's samples
+    (the whole int16 input range, so outputs overflow both ways), the hardware reading of the
+    quantized partition (``int16_table.with_int48_requantization``, tables, saturating) equals
+    the TOSA reference model's output exactly, over ops, targets, widths and weight/input
+    ranges."""
+    from ethosu_ng.numerics.int16_table import with_int48_requantization
+    from ethosu_ng.numerics.op_numerics import exact_outputs
+
+    if kind == "bmm" and target.startswith("ethos-u55"):
+        target = "ethos-u85-256"  # an int16 matmul is a U85 op
+    g = torch.Generator().manual_seed(seed)
+    model = Accumulate(kind, dim, out).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * spread)
+    shape = {"linear": (1, 5, dim), "conv": (1, dim, 4, 5), "bmm": (2, 6, dim)}[kind]
+    batches = [(torch.randn(shape, generator=g) * spread,) for _ in range(2)]
+    spec = EthosUNGCompileSpec(target)
+    q = quantize(model, batches[0], spec, calibration=batches, activation_dtype=torch.int16)
+    collect = _partitions_as_quantized(monkeypatch)
+    _, part = lower(q, batches[0], spec)
+    assert len(part.report.partitions) == 1, part.report.cpu_reasons
+    checked = 0
+    for gm, inputs, tosa_outs in collect():
+        hardware = with_int48_requantization(gm)
+        reading = exact_outputs(hardware, inputs, rounding="half_up", int16_tables=True)[0]
+        for want, got in zip(reading, tosa_outs):
+            got = torch.from_numpy(np.asarray(got).astype(np.int64)).reshape(want.shape)
+            diff = (got - want.to(torch.int64)).abs()
+            assert int(diff.max()) == 0, (
+                f"{kind} on {target}: TOSA and the hardware reading differ by {int(diff.max())} "
+                f"at {int(diff.argmax())} (TOSA {int(got.reshape(-1)[diff.argmax()])})"
+            )
+            checked += 1
+    assert checked

@@ -90,15 +90,19 @@ def _has_int16(gm) -> bool:
 def _exact_all(gm, samples: List[List[torch.Tensor]]):
     """Per sample: (exact outputs, the same with near ties flipped, the int16 hardware reading
     or None). An int16 partition is also evaluated as the hardware defines it: lookups as
-    interpolated tables, and intermediates that a fused lowering keeps in its 32-bit accumulator
-    unclamped (int16's range holds activations far beyond the calibrated ones, so a sum that the
-    quantized model saturates is in range for TOSA)."""
+    interpolated tables, 48-bit accumulators requantized with 16-bit multipliers
+    (``numerics.int16_table``), intermediates saturated as each RESCALE saturates them, and once
+    more unclamped, as a fused lowering keeps them in its 32-bit accumulator (int16's range holds
+    activations far beyond the calibrated ones, so a sum that the quantized model saturates is in
+    range for TOSA). Per element, the reading farthest from the exact one bounds the band."""
+    from ethosu_ng.numerics.int16_table import with_int48_requantization
     from ethosu_ng.numerics.op_numerics import ExactEvaluator
 
     t0, cpu0 = time.perf_counter(), time.thread_time()
     outs = []
     int16 = _has_int16(gm)
     evaluator = ExactEvaluator(gm)
+    hardware_evaluator = ExactEvaluator(with_int48_requantization(gm)) if int16 else None
     with torch.no_grad():
         for inputs in samples:
             base = evaluator.run(inputs, rounding="half_up", count_within=NEAR_TIE)
@@ -113,14 +117,37 @@ def _exact_all(gm, samples: List[List[torch.Tensor]]):
                 else base.outputs
             )
             hardware = (
-                evaluator.run(
-                    inputs, rounding="half_up", saturate_intermediates=False, int16_tables=True
-                ).outputs
+                _farthest(
+                    base.outputs,
+                    [
+                        hardware_evaluator.run(
+                            inputs, rounding="half_up", int16_tables=True, **unclamped
+                        ).outputs
+                        for unclamped in ({}, {"saturate_intermediates": False})
+                    ],
+                )
                 if int16
                 else None
             )
             outs.append((base.outputs, flipped, hardware))
     return outs, time.perf_counter() - t0, time.thread_time() - cpu0
+
+
+def _farthest(base, readings):
+    """Per output, each element of the reading farthest from ``base`` (in ``base``'s dtype
+    range, where the comparison happens)."""
+    out = []
+    for j, b in enumerate(base):
+        if not isinstance(b, torch.Tensor) or b.is_floating_point() or b.dtype == torch.bool:
+            out.append(readings[0][j])
+            continue
+        lo, hi = _int_range(b.dtype)
+        best = readings[0][j].to(torch.int64).clamp(lo, hi)
+        for r in readings[1:]:
+            v = r[j].to(torch.int64).clamp(lo, hi)
+            best = torch.where((v - b).abs() > (best - b).abs(), v, best)
+        out.append(best)
+    return out
 
 
 def start_exact(
