@@ -360,7 +360,7 @@ def _partitions_as_quantized(monkeypatch):
     return collect
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     kind=st.sampled_from(["linear", "conv", "bmm"]),
     target=st.sampled_from(["ethos-u55-128", "ethos-u85-256"]),
