@@ -11,8 +11,7 @@ reader is the RESCALE, lets Vela fold both the RESCALE and (after ``SplitSharedR
 the copy its own operand RESCALEs) the operand scales into one elementwise pass over 8-bit data
 (measured: tests/test_rescale_rewrites.py). Exact: the copy computes what the original does.
 
-Only when both operands are RESCALEs Vela folds into an ADD/SUB on every target (per tensor,
-8/16-bit in, and on Ethos-U55/U65 different scales or a 16-bit multiplier without shift): else
+Only when both operands are RESCALEs Vela folds into an ADD/SUB (per tensor, 8/16-bit in): else
 the copy's operands would be standalone layers too and the copy would cost more than it saves.
 """
 
@@ -30,28 +29,16 @@ from ethosu_ng.tosa_optimize.rewrites._rescale import (
 )
 
 
-def _u55_folds(a: Rescale, b: Rescale) -> bool:
-    """Ethos-U55/U65 fold these ADD/SUB operand scales: they differ, or each is a multiplier
-    below 2**15 with no shift (``rescale_report._consumer_blocker``)."""
-    sa = [reduce_scale(m, s) for m, s in zip(a.multiplier, a.shift)]
-    sb = [reduce_scale(m, s) for m, s in zip(b.multiplier, b.shift)]
-    if sa != sb:
-        return True
-    return all(s == 0 and m < 1 << 15 for m, s in sa)
-
-
 def operands_fold(graph: Graph, producers, op: Operator) -> bool:
-    """Both operands of the ADD/SUB ``op`` are RESCALEs Vela folds into it on every target."""
+    """Both operands of the ADD/SUB ``op`` are RESCALEs Vela (Ethos-U85) folds into it."""
     if op.inputs[0] == op.inputs[1]:
         return False
-    rs = []
     for t in op.inputs[:2]:
         p = producers.get(t)
         r = read_rescale(graph, p) if p is not None else None
         if not absorbs_operand(op, r):
             return False
-        rs.append(r)
-    return _u55_folds(*rs)
+    return True
 
 
 def folding_result_rescale(graph: Graph, reader: Operator, y: str) -> Optional[Rescale]:
