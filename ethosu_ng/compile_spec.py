@@ -68,8 +68,8 @@ class EthosUNGCompileSpec:
             reference model at compile time (random inputs; slow on big partitions).
         verify_npu: run every partition's command stream on the NPU model and its TOSA graph on
             the reference model at compile time and require them to agree bit for bit
-            (``compiler/verify_npu.py``; Ethos-U85 streams, and a stream using something the
-            model does not implement, are skipped with the reason). A
+            (``compiler/verify_npu.py``; a stream using something the model does not implement,
+            parts of Ethos-U85, is skipped with the reason). A
             partition that deviates is compiled again with other Vela options, else its ops
             responsible move to the CPU (``cpu_fallback``) with the reason in the report.
         verify_lowering: evaluate each partition's quantized graph exactly (float64 between

@@ -25,6 +25,11 @@ from ethosu_ng.partitioning.boundary import float_boundary_tensors
 
 TARGETS = ("ethos-u55-128", "ethos-u85-256")
 CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
+# How the partitioner's report words an op the verified compile moved for a Vela stream deviation.
+NPU_DEVIATION = (
+    "verified compile: NPU model differs from TOSA",
+    "verified compile: invalid command",
+)
 
 # Examples per family and seed class in CI (two families: twice this per class).
 EXAMPLES_PER_FAMILY = int(os.environ.get("ETHOSU_NG_SEED_PROPERTY_EXAMPLES", "15"))
@@ -84,7 +89,15 @@ def check_lowered(
     program = edge.exported_program()
     report = part.report
     assert report.partitions, f"nothing delegated: {report.cpu_reasons} {describe}"
-    assert report.cpu_targets == {}, f"on the CPU: {report.cpu_reasons} {describe}"
+    # On Ethos-U85, Vela miscompiles a conv written transposed into a concatenation
+    # (test_npu_model_u85.py::test_vela_u85_conv_written_transposed_into_a_concatenation_loses_
+    # channels): the verified compile moves the ops responsible to the CPU, and the partitions
+    # left may then need integer boundaries of their own (dequantizes on the CPU). Such a program
+    # is not delegated whole; it must still be integer at every boundary and exact (below).
+    contained = spec.family == "ethos-u85" and any(
+        why.startswith(NPU_DEVIATION) for why in report.compiler_fallback.values()
+    )
+    assert contained or report.cpu_targets == {}, f"on the CPU: {report.cpu_reasons} {describe}"
     assert float_boundary_tensors(program) == []
     assert blob_io_matches_parent(program) == len(report.partitions)
     ioq = io_quantization(edge)

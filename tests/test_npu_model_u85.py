@@ -24,7 +24,7 @@ import pytest
 import torch
 from _pte import CrossCheckedMethod
 from conftest import calibration_batches
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from models import AttentionBlock
 from npu_models import ALL
@@ -291,3 +291,190 @@ def test_corrupting_one_u85_command_word_is_seen():
             )
             checked += 1
     assert checked >= 4
+
+
+# ------------------------------------------------------------------ concatenation class
+class ConvReluCatHead(torch.nn.Module):
+    """conv (k x k) -> relu -> cat with a second input along channels -> 1x1 conv. The second
+    input reaches below zero, so the relu's output zero point is above qmin and the relu stays a
+    clamp of its own: Vela fuses it and a TRANSPOSE (NHWC -> NCHW, for the channel concatenation)
+    into the conv, whose OFM is then written transposed into the concatenation buffer."""
+
+    def __init__(self, kernel: int = 3, channels: int = 4):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(channels, channels, kernel, padding=kernel // 2)
+        self.head = torch.nn.Conv2d(2 * channels, channels, 1)
+
+    def forward(self, x, y):
+        return self.head(torch.cat((torch.relu(self.conv(x)), y), 1))
+
+
+def _conv_relu_cat_head(spec):
+    torch.manual_seed(0)
+    model = ConvReluCatHead().eval()
+    x = (torch.randn(1, 4, 2, 2), torch.rand(1, 4, 2, 2) - 0.5)
+    q = quantize(model, x, spec, calibration=[x, (x[0] * 0.5, x[1])], input_dtype=torch.int8,
+                 output_dtype=torch.int8)  # fmt: skip
+    return q, x
+
+
+def test_vela_u85_conv_written_transposed_into_a_concatenation_loses_channels():
+    """Vela 5.1.0 (and 5.2.0) on ethos-u85-256: the CONV_2D producing the first operand of a
+    channel concatenation, with its relu and the NHWC -> NCHW TRANSPOSE fused, is scheduled with
+    OFM depth slices [0, 2] of the *transposed* OFM (depth = the map's width, 2) instead of its 4
+    output channels (regor asserts the two agree: scheduler.cpp, "There must be either no
+    transpose, or single-slice transpose", compiled out in release builds). Its bias/scale stream
+    then holds channels 0 and 1 only: the biases of channels 2 and 3 are nowhere in Vela's
+    weight data, so no NPU can compute them, and the model (reading zeros) writes the zero point
+    there. The verified compile contains it: the stream deviates, the concatenation moves to
+    the CPU, and what ships is bit-exact."""
+    from ethosu_ng.adapters.exir import pte_delegate_payloads
+    from ethosu_ng.blob import DelegateBlob
+    from ethosu_ng.tosa_optimize import graph as tosa_graph
+
+    target = "ethos-u85-256"
+    unchecked = EthosUNGCompileSpec(target, embed_tosa=True, verify_npu=False)
+    q, x = _conv_relu_cat_head(unchecked)
+    pte = lower(q, x, unchecked)[0].to_executorch().buffer
+    ((_, data),) = pte_delegate_payloads(pte)
+    blob = DelegateBlob.from_bytes(data)
+    g = tosa_graph.read(blob.tosa)
+    conv = next(o for o in g.ops if o.op == "CONV2D")
+    bias = g.const_array(conv.inputs[2]).astype("<i4")
+    present = [struct.pack("<i", int(b)) in blob.weights for b in bias]
+    assert present[:2] == [True, True] and not all(present[2:]), present
+    gen = torch.Generator().manual_seed(1)
+    xs = [torch.randint(-128, 128, t.shape, generator=gen, dtype=torch.int8) for t in x]
+    want = rt.load_pte(pte).method("forward").execute(xs, "tosa")[0]
+    got = rt.load_pte(pte).method("forward").execute(xs, "model")[0]
+    assert not torch.equal(got, want), "Vela's stream agrees with TOSA: the premise is gone"
+
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    edge, part = lower(q, x, spec)
+    moved = part.report.compiler_fallback
+    assert list(moved) == ["aten_cat_default"], moved
+    assert "verified compile: NPU model differs from TOSA" in moved["aten_cat_default"]
+    method = CrossCheckedMethod(edge.to_executorch().buffer, target, with_model=True)
+    assert method.runs_npu_model
+    method.execute(xs, "conv -> relu -> cat -> conv, verified compile")
+
+
+class ConcatGraph(torch.nn.Module):
+    """``cat`` of operands along ``axis`` (NCHW), each an input as it is, a 1x1 conv, or a padded
+    3x3 conv -> relu; then nothing, a 1x1 conv over the result's channels, a permute to NHWC, a
+    slice of the concatenated axis, a channel split (both halves), or a flip."""
+
+    def __init__(self, producers, axis, channels, after):
+        super().__init__()
+        self.axis, self.after = axis, after
+        self.producers = torch.nn.ModuleList(
+            torch.nn.Identity()
+            if p == "input"
+            else torch.nn.Conv2d(c, c, 1)
+            if p == "conv1x1"
+            else torch.nn.Sequential(torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.ReLU())
+            for p, c in zip(producers, channels)
+        )
+        out_c = sum(channels) if axis == 1 else channels[0]
+        self.head = torch.nn.Conv2d(out_c, 4, 1) if after == "head" else None
+
+    def forward(self, *xs):
+        y = torch.cat([p(x) for p, x in zip(self.producers, xs)], self.axis)
+        if self.after == "head":
+            return self.head(y)
+        if self.after == "permute":
+            return y.permute(0, 2, 3, 1)
+        if self.after == "slice":
+            return y.narrow(self.axis, 1, y.shape[self.axis] - 1)
+        if self.after == "split":
+            return torch.split(y, [y.shape[1] // 2, y.shape[1] - y.shape[1] // 2], 1)
+        if self.after == "flip":
+            return torch.flip(y, [self.axis])
+        return y
+
+
+@st.composite
+def concat_cases(draw):
+    dtype = draw(st.sampled_from(["int8", "int16"]))
+    n = draw(st.integers(2, 4))
+    axis = draw(st.integers(1, 3))
+    base = [1, draw(st.integers(1, 6)), draw(st.integers(1, 6)), draw(st.integers(1, 6))]
+    shapes = []
+    for _ in range(n):
+        s = list(base)
+        s[axis] = draw(st.integers(1, 5))
+        shapes.append(tuple(s))
+    # Convolutions on int16 programs have 16-bit IFMs, which the U85 model does not implement.
+    kinds = ["input"] if dtype == "int16" else ["input", "conv1x1", "conv3x3relu"]
+    producers = [draw(st.sampled_from(kinds)) for _ in range(n)]
+    afters = ["none", "permute", "slice", "flip"] + (["head", "split"] if dtype == "int8" else [])
+    after = draw(st.sampled_from(afters))
+    if after == "split" and (sum(s[1] for s in shapes) if axis == 1 else base[1]) < 2:
+        after = "none"
+    return dict(
+        dtype=dtype,
+        axis=axis,
+        shapes=shapes,
+        producers=producers,
+        after=after,
+        y_below=draw(st.sampled_from([0.0, 0.3, 0.6])),
+        target=draw(st.sampled_from(("ethos-u85-128", "ethos-u85-256", "ethos-u85-512"))),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+N_CONCATS = int(os.environ.get("ETHOSU_NG_U85_CONCAT_EXAMPLES", "10"))
+
+
+@settings(
+    max_examples=N_CONCATS,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+    database=None,
+    phases=[Phase.generate],  # an example compiles for ~30 s: report the case, do not shrink it
+)
+@given(case=concat_cases())
+def test_u85_concatenations_ship_bit_exact(case):
+    """The concatenation class on three U85 sizes, int8 and int16: what the verified compile ships
+    runs bit-exact on the U85 model against the TOSA reference model (no ``NotSupported``), and
+    every delegate's stream was checked on the model at compile time.
+    Vela's deviation on a conv written transposed into a concatenation (above) is drawn here
+    (a conv operand of a concatenation consumed by another op); the verified compile moves the
+    ``cat`` to the CPU, and nothing else may move."""
+    torch.manual_seed(case["seed"])
+    channels = [s[1] for s in case["shapes"]]
+    model = ConcatGraph(case["producers"], case["axis"], channels, case["after"]).eval()
+    gen = torch.Generator().manual_seed(case["seed"])
+
+    def batch(scale):
+        return tuple(
+            (torch.rand(s, generator=gen) - case["y_below"]) * scale for s in case["shapes"]
+        )
+
+    calib = [batch(2.0), batch(1.0)]
+    spec = EthosUNGCompileSpec(case["target"], embed_tosa=True)
+    dtype = getattr(torch, case["dtype"])
+    q = quantize(model, calib[0], spec, calibration=calib, input_dtype=dtype,
+                 output_dtype=dtype, activation_dtype=dtype)  # fmt: skip
+    edge, part = lower(q, calib[0], spec)
+    verdicts = [
+        m.meta["_delegate_info_meta"].npu_verification
+        for _, m in edge.exported_program().graph_module.named_children()
+        if hasattr(m, "processed_bytes")
+    ]
+    assert verdicts, f"nothing delegated: {part.report.cpu_reasons} {case}"
+    assert all(v.status == "verified" for v in verdicts), (verdicts, case)
+    # Only Vela's deviation may move ops, and its culprit is the concatenation: a model error
+    # on any other op would move that op instead.
+    moved = part.report.compiler_fallback
+    assert all(n.startswith("aten_cat") for n in moved), (moved, case)
+    pte = edge.to_executorch().buffer
+    assert rt.model_unsupported(pte) is None, (rt.model_unsupported(pte), case)
+    method = CrossCheckedMethod(pte, case["target"], with_model=True)
+    assert method.runs_npu_model
+    info = torch.iinfo(dtype)
+    for k in range(2):
+        xs = [torch.randint(info.min, info.max + 1, s, generator=gen, dtype=dtype)
+              for s in case["shapes"]]  # fmt: skip
+        method.execute(xs, f"{case} input {k}")

@@ -184,11 +184,6 @@ def test_unwritten_output_memory_is_a_deviation():
         verify_npu.verify("p", ref, vela, blob.inputs, [moved], spec)
 
 
-def test_u85_streams_are_skipped_with_the_reason():
-    v = verify_npu.verify("p", None, None, [], [], EthosUNGCompileSpec("ethos-u85-128"))
-    assert v.status == "skipped" and "not modelled" in v.reason
-
-
 def test_a_stream_outside_its_region_is_invalid_and_a_model_gap_is_skipped(monkeypatch):
     """Vela's a^T @ b stream on these shapes writes past the end of scratch (measured: command 189
     of 2x2 aTb on U55): a fault of the stream, not shipped. A valid stream the model does not
@@ -249,7 +244,7 @@ def test_a_planted_lowering_bug_is_caught_and_contained():
 
 
 def test_lowering_verdicts_on_both_families():
-    """Verified on U55 and on U85, where the stream itself is not modelled."""
+    """Both links verified on U55 and on U85."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AvgPool2d(2))
     x = (torch.randn(1, 3, 8, 8),)
@@ -263,7 +258,7 @@ def test_lowering_verdicts_on_both_families():
         assert infos and all(i.lowering_verification.status == "verified" for i in infos)
         assert all(i.lowering_verification.max_lsb <= 1 for i in infos)
         npu = {i.npu_verification.status for i in infos}
-        assert npu == ({"skipped"} if "u85" in target else {"verified"}), npu
+        assert npu == {"verified"}, npu
 
 
 class TokenMixer(nn.Module):

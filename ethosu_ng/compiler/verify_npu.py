@@ -38,10 +38,8 @@ POISON = (0xA5, 0x5A)
 # executorch's Error::NotSupported: the model's code for a valid stream it does not implement
 # (anything else it returns is a stream fault: out-of-region access, malformed command).
 NOT_SUPPORTED = 0x10
-# Families whose command streams the verified compile runs on the NPU model. Not the Ethos-U85:
-# its model disagrees with TOSA on the concatenations of tests/test_property_seed001.py
-# (unresolved), and a model difference moves ops to the CPU; U85 streams are ``skipped``.
-MODELLED_FAMILIES = ("ethos-u55", "ethos-u65")
+# Families whose command streams the verified compile runs on the NPU model.
+MODELLED_FAMILIES = ("ethos-u55", "ethos-u65", "ethos-u85")
 
 
 class NpuDeviation(VelaError):

@@ -76,9 +76,12 @@ Error Model::u85_output_setup(FeatureMap& ofm) {
     return fail(Error::InvalidProgram, "OFM_PRECISION 0x%04x: reserved transpose %d", prec,
                 transpose);
   }
-  if (reverse != 0) {
-    return fail(Error::NotSupported, "OFM_PRECISION 0x%04x: OFM reverse (%d) not modelled", prec,
-                reverse);
+  // regor emits a reversed OFM only untransposed and unchained, based at the
+  // box's first element (EthosU85RCSGenerator::GenerateOFMPrecision, GetTiles).
+  if (reverse != 0 && (transpose != 0 || storage == 2)) {
+    return fail(Error::NotSupported,
+                "OFM_PRECISION 0x%04x: OFM reverse %d with transpose %d / storage %d not modelled",
+                prec, reverse, transpose, storage);
   }
   if (storage == 1 || storage == 3) {
     return fail(Error::NotSupported,
@@ -100,6 +103,7 @@ Error Model::u85_output_setup(FeatureMap& ofm) {
     cb.values.assign(static_cast<size_t>(ofm.h) * ofm.w * ofm.c, 0);
   }
   ofm.transpose = transpose;
+  ofm.reverse = reverse;
   const uint16_t sp = p1(SET_OFM_SCALE);
   Error e = u85_rounding("OFM_SCALE", (sp >> 13) & 7, (sp >> 6) & 0x1f, &ofm_round_);
   if (e != Error::Ok) {
@@ -145,7 +149,8 @@ Error Model::u85_output_setup(FeatureMap& ofm) {
 
 // Stores one computed OFM element (h, w, c) at its transposed position
 // (activation_transpose: 0 HWC, 1 WHC, 2 HCW, 3 WCH, 6 CHW, 7 CWH name the
-// stored axes in terms of the computed ones).
+// stored axes in terms of the computed ones), or mirrored along the reversed
+// axis of the OFM box (activation_reverse H, W, C).
 Error Model::u85_write_output(const FeatureMap& ofm, int y, int x, int c, int64_t scaled) {
   int64_t v = scaled + ofm.zp;
   if (u85_lut_fn_ != 0) {
@@ -162,6 +167,19 @@ Error Model::u85_write_output(const FeatureMap& ofm, int y, int x, int c, int64_
     return Error::Ok;
   }
   int sy = y, sx = x, sc = c;
+  switch (ofm.reverse) {
+    case 1:
+      sy = ofm.h - 1 - y;
+      break;
+    case 2:
+      sx = ofm.w - 1 - x;
+      break;
+    case 3:
+      sc = ofm.c - 1 - c;
+      break;
+    default:
+      break;
+  }
   switch (ofm.transpose) {
     case 1:
       sy = x, sx = y;
