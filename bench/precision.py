@@ -90,7 +90,9 @@ def _child(which, program_path, target, force_cpu, queue):
             from ethosu_ng.runtime import run_pte
 
             tests = torch.load(program_path + ".test.pt")
-            metrics["outputs"] = [o.clone() for t in tests for o in run_pte(pte, list(t))]
+            # numpy arrays travel by value: a tensor would be a file descriptor of this child,
+            # gone once it exits.
+            metrics["outputs"] = [o.numpy().copy() for t in tests for o in run_pte(pte, list(t))]
         queue.put(("ok", metrics))
     except BaseException as e:  # report, never hang the parent
         queue.put(
@@ -173,6 +175,7 @@ def main():
                         r["error"] = m
                     else:
                         outs = m.pop("outputs", None)
+                        outs = None if outs is None else [torch.from_numpy(o) for o in outs]
                         r.update(
                             program=None if outs is None else sqnr_db(outs, want),
                             partitions=m["partitions"],
