@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """bool tensors at delegate boundaries: on Ethos-U85 a comparison or logical op's bool result or
 operand crosses a delegate boundary typed as bool (IO dtype code 6), and the program equals the
 eager quantized model exactly; on Ethos-U55/U65 (TOSA +u55: no bool tensors) the bool stays on

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A while_loop, which ExecuTorch cannot run on the CPU and ethosu_ng does not delegate, fails the
 export when partitioning starts with a one-line error naming the node, on every target and
 wherever the loop sits (top level or inside a cond branch); a cond still exports and runs."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The failure classes of upstream's op tests (docs/upstream-op-tests.md), each as a property over
 its class: the program exports, runs on the host, and matches the eager quantized model within
 1 LSB (integer outputs exactly)."""

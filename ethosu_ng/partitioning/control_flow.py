@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Control flow the CPU cannot run: refused when partitioning starts, not deep in to_executorch.
 
 ExecuTorch's emitter runs ``cond``, ``map`` and ``scan`` on the CPU but has no ``while_loop``

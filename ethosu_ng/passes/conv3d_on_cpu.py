@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A 3-D convolution the target will not take, written as 2-D convolutions for the CPU.
 
 ExecuTorch's portable convolution kernel takes 3-D and 4-D inputs only ("Expect input tensor to

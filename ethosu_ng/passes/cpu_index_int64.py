@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Int64 indices for the index ops the CPU runs.
 
 Upstream's quantizer casts every int64 program input to int32 (TOSA has no int64), so a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Ops outside core ATen that upstream lowers: kept whole where the NPU takes them, in a form
 ExecuTorch's CPU runs where it does not.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """``RESCALE(RESCALE(x))`` with an 8/16-bit ``x`` -> one RESCALE, where that is exact.
 

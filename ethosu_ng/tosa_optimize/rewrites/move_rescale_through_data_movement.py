@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """A per-tensor RESCALE on the far side of a TRANSPOSE or RESHAPE from the operator that would
 fold it -> the RESCALE moved next to that operator.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
 """An ADD/SUB whose int32 result several operators read -> one copy of the ADD/SUB per result
 RESCALE that would fold into it as its output scale.
