@@ -225,8 +225,10 @@ def verify(
                 band = np.abs(hw.astype(np.int64).reshape(-1) - want)
                 verdict.hardware_band = max(verdict.hardware_band, int(band.max()))
                 amplified = np.maximum(amplified, band)
-            # A bool has no grid step to be off by: one apart is the other answer.
-            tol = (0 if s.dtype == torch.bool else LSB_TOLERANCE) + amplified
+            # A bool or a plain integer (no scale: a shift, an index, a count) has no grid step
+            # to be off by: one apart is another answer.
+            exact = s.dtype == torch.bool or s.scale is None
+            tol = (0 if exact else LSB_TOLERANCE) + amplified
             verdict.max_lsb = max(verdict.max_lsb, int(d.max()))
             over = np.flatnonzero(d > tol)
             if over.size:

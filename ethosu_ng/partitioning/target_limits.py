@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Operator limits of a target that Vela does not reject cleanly, checked before partitioning.
 
-Each rule exists because Vela 5.1.0 crashes (not errors) on the pattern; keeping the op on the
-CPU up front is cheaper and kinder than compiling, crashing and falling back. Every rejection
-carries a reason that the partition report shows.
+Each rule exists because Vela 5.1.0 crashes (not errors) on the pattern, or because the target
+computes another answer than PyTorch where the verified compile cannot tell; keeping the op on
+the CPU up front is cheaper and kinder than compiling, crashing and falling back. Every
+rejection carries a reason that the partition report shows.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ethosu_ng.ops import DEQUANTIZE_OPS, SLICING_OPS, VIEW_OPS, op_name
 # What a sliced value may pass through and still reach the element-wise op of the crash pattern.
 _PASSES_VALUE = VIEW_OPS | DEQUANTIZE_OPS | {"aten.permute_copy.default"}
 _ELEMENTWISE = {"aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor"}
+_ROUNDING_SHIFT_OPS = {"aten.bitwise_right_shift.Tensor", "aten.bitwise_right_shift.Tensor_Scalar"}
 
 
 def _feeds_elementwise(node: Node, depth: int = 8) -> bool:
@@ -54,6 +56,14 @@ class TargetLimits(OperatorSupportBase):
 
     def why_not(self, node: Node):
         name = op_name(node.target)
+        if self.spec.is_u55_subset and name in _ROUNDING_SHIFT_OPS:
+            # Upstream lowers it to the U55's SHR, which rounds where PyTorch floors (measured:
+            # 1 off on every odd quotient), and the TOSA reference calls the graph unpredictable
+            # on the verified compile's full-range shift amounts, so nothing would catch it.
+            return (
+                f"{self.spec.family}: the NPU's right shift rounds, PyTorch's floors "
+                "(1 off); kept on CPU"
+            )
         if self.spec.is_u55_subset and name in SLICING_OPS and len(node.args) > 1:
             src, dim = node.args[0], node.args[1]
             val = src.meta.get("val") if isinstance(src, Node) else None
