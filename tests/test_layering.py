@@ -173,3 +173,22 @@ def test_the_cycle_check_finds_a_planted_cycle(tmp_path):
     finally:
         PACKAGE = saved
     assert cycle is not None and any("low -> high" in step for step in cycle)
+
+
+def test_tests_do_not_import_bench():
+    """bench/ measures the package; tests check it. A test reaching into a bench script tests
+    the bench, and breaks when a measurement changes."""
+    found = []
+    for path in Path(__file__).resolve().parent.rglob("*.py"):
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text, str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n == "bench" or n.startswith("bench.") for n in names):
+                found.append(f"{path.name}:{node.lineno}")
+        if path != Path(__file__).resolve() and ('"bench")' in text or "'bench')" in text):
+            found.append(f"{path.name}: puts bench/ on sys.path")
+    assert found == [], "tests importing bench/: " + ", ".join(found)

@@ -5,9 +5,6 @@ its class: the program exports, runs on the host, and matches the eager quantize
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 import torch
 
@@ -16,9 +13,7 @@ from ethosu_ng.export import lower, quantize
 from ethosu_ng.partitioning.partition_program import _tensor_digest
 from ethosu_ng.passes.non_core_aten_ops import CORE_ATEN_FORMS
 from ethosu_ng.runtime import run_pte
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
-import upstream_op_tests as bench  # noqa: E402
+from ethosu_ng.tools import upstream_op_tests as op_tests
 
 U55, U85 = "ethos-u55-128", "ethos-u85-128"
 
@@ -28,10 +23,10 @@ def _run(model, inputs, target, cpu_ops=()):
     spec = EthosUNGCompileSpec(target, embed_tosa=True)
     q = quantize(model.eval(), inputs, spec, calibration=[inputs])
     edge, partitioner = lower(q, inputs, spec, cpu_ops=cpu_ops)
-    got = bench._outputs(run_pte(edge.to_executorch().buffer, list(inputs)))
+    got = op_tests._outputs(run_pte(edge.to_executorch().buffer, list(inputs)))
     with torch.no_grad():
-        want = bench._outputs(q(*inputs))
-    worst, unit = bench.compare(got, want, io_quantization(edge))
+        want = op_tests._outputs(q(*inputs))
+    worst, unit = op_tests.compare(got, want, io_quantization(edge))
     return worst, unit, partitioner
 
 

@@ -1,18 +1,16 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""bench/upstream_op_tests.py: upstream's Arm op tests collected as (module, inputs) cases, and a
-few run end to end through the bench's own per-case function and worker pool."""
+"""ethosu_ng.tools.upstream_op_tests (run as bench/upstream_op_tests.py): upstream's Arm op
+tests collected as (module, inputs) cases, and a few run end to end through the harness's own
+per-case function and worker pool."""
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import pytest
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
-import upstream_op_tests as bench  # noqa: E402
+from ethosu_ng.tools import upstream_op_tests as op_tests
 
 # Upstream's test files use marks registered by their own conftest (flaky, tosa_ref_model).
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning")
@@ -21,7 +19,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning
 @pytest.fixture(scope="module")
 def cases():
     errors = {}
-    found = bench.collect(errors=errors)
+    found = op_tests.collect(errors=errors)
     return found, errors
 
 
@@ -66,7 +64,7 @@ def test_avg_pool2d_cases_exclude_padding(cases):
     for c in pools:
         if c.target != "u55":
             continue
-        module, inputs = bench.materialize(c)
+        module, inputs = op_tests.materialize(c)
         if isinstance(module, torch.nn.AvgPool2d) and not module.count_include_pad:
             excluded.append(c.param)
         assert all(isinstance(t, torch.Tensor) for t in inputs)
@@ -79,12 +77,12 @@ def test_non_tensor_inputs_are_bound_into_the_module(cases):
     case = _case(
         found, "test_select", "test_select_int_u55_INT", "select3d_0_dim_neg_1_index", "u55"
     )
-    module, inputs = bench.materialize(case)
+    module, inputs = op_tests.materialize(case)
     assert len(inputs) == 1 and inputs[0].shape == (5, 3, 20)
     torch.testing.assert_close(module(*inputs), inputs[0].select(0, -1))
     # Tensors inside a tuple argument are inputs too, not constants.
     case = _case(found, "test_cat", "test_cat_u55_INT", "cat_ones_and_rand_three_tensors", "u55")
-    module, inputs = bench.materialize(case)
+    module, inputs = op_tests.materialize(case)
     assert [tuple(t.shape) for t in inputs] == [(1, 2), (1, 5), (1, 1)]
     torch.testing.assert_close(module(*inputs), torch.cat(inputs, 1))
 
@@ -98,7 +96,7 @@ def test_avg_pool2d_excluding_padding_on_u55_is_within_1_lsb(cases):
         "non_divisible_window_adjust_padding_width",
         "u55",
     )
-    rec = bench.run_case(case)
+    rec = op_tests.run_case(case)
     assert rec["stage"] is None, rec.get("traceback")
     assert rec["lowered"] and rec["delegated"] and rec["fully_delegated"], rec
     assert rec["host_run"] and rec["unit"] == "lsb", rec
@@ -108,8 +106,8 @@ def test_avg_pool2d_excluding_padding_on_u55_is_within_1_lsb(cases):
 def test_a_failing_case_is_a_record_not_an_exception(cases):
     found, _ = cases
     case = _case(found, "test_add", "test_add_tensor_u85_INT", "5d_float", "u85")
-    missing = bench.Case(**{**case.__dict__, "param": "no such parametrization"})
-    rec = bench.run_case(missing)
+    missing = op_tests.Case(**{**case.__dict__, "param": "no such parametrization"})
+    rec = op_tests.run_case(missing)
     assert rec["stage"] == "collect" and "parametrization not found" in rec["reason"], rec
     assert not rec["lowered"] and not rec["within_1lsb"]
 
@@ -122,12 +120,12 @@ def test_compare_counts_lsb_on_the_output_grid():
         outputs = [IO()]
 
     want = torch.tensor([0.3, -0.2, 1.0])
-    assert bench.compare([want.clone()], [want], IOQ()) == (0.0, "lsb")
+    assert op_tests.compare([want.clone()], [want], IOQ()) == (0.0, "lsb")
     # 1 and 2 grid steps off, computed in float32 (0.1 is not exact): counted as integers.
     off = want + torch.tensor([0.1, 0.0, -0.2])
-    assert bench.compare([off], [want], IOQ()) == (2.0, "lsb")
+    assert op_tests.compare([off], [want], IOQ()) == (2.0, "lsb")
     no_grid = type("NoGrid", (), {"outputs": []})()
-    assert bench.compare([torch.tensor([1, 0])], [torch.tensor([1, 1])], no_grid) == (1.0, "abs")
+    assert op_tests.compare([torch.tensor([1, 0])], [torch.tensor([1, 1])], no_grid) == (1.0, "abs")
 
 
 def test_run_resumes_and_tables(tmp_path, capsys):
@@ -135,20 +133,20 @@ def test_run_resumes_and_tables(tmp_path, capsys):
     recorded; a rerun would not run it again; the table counts it."""
     results = tmp_path / "r.jsonl"
     argv = ["--ops", "add", "--targets", "u85", "--limit", "1", "--results", str(results)]
-    assert bench.main(argv) == 0
+    assert op_tests.main(argv) == 0
     lines = results.read_text().splitlines()
     assert len(lines) == 1
     rec = json.loads(lines[0])
     assert rec["stage"] is None and rec["within_1lsb"] and rec["target"] == "u85", rec
     capsys.readouterr()
-    assert bench.main([*argv, "--list"]) == 0
+    assert op_tests.main([*argv, "--list"]) == 0
     listed = capsys.readouterr()
     assert rec["key"] not in listed.out and "1 already recorded" in listed.err, listed.err
     second = [lines[0]]
     results.write_text(second[0] + "\n" + '{"key": "cut sh')  # an interrupted write
-    assert list(bench.load_results(str(results))) == [rec["key"]]
+    assert list(op_tests.load_results(str(results))) == [rec["key"]]
     capsys.readouterr()
-    assert bench.main(["--table", "--results", str(results), "--targets", "u85"]) == 0
+    assert op_tests.main(["--table", "--results", str(results), "--targets", "u85"]) == 0
     out = capsys.readouterr().out
     assert "| add u85 | 1 | 1/1 | 1/1 | 1/1 | 1/1 |" in out, out
 
@@ -164,7 +162,7 @@ def test_bool_results_and_operands_cross_u85_boundaries_bit_exact(cases, file, f
     """A comparison's bool output and a logical op's bool operands cross the delegate boundary
     typed as bool: the whole op is delegated and the host run equals the eager quantized model."""
     found, _ = cases
-    rec = bench.run_case(_case(found, file, function, param, "u85"))
+    rec = op_tests.run_case(_case(found, file, function, param, "u85"))
     assert rec["stage"] is None, rec.get("traceback")
     assert rec["delegated"] and rec["fully_delegated"], rec["cpu_reasons"]
     assert rec["host_run"] and rec["bit_exact"], rec
@@ -172,7 +170,7 @@ def test_bool_results_and_operands_cross_u85_boundaries_bit_exact(cases, file, f
 
 def test_while_loop_on_u85_fails_at_partition_time(cases):
     found, _ = cases
-    rec = bench.run_case(
+    rec = op_tests.run_case(
         _case(found, "test_while", "test_while_loop_u85_INT", "two_in_two_out", "u85")
     )
     assert rec["stage"] == "lower", rec
