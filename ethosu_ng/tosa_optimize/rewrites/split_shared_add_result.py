@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from ethosu_ng.tosa_optimize.graph import Graph, Operator, Tensor
+from ethosu_ng.tosa_optimize.graph import Graph, Operator
 from ethosu_ng.tosa_optimize.rewrites._rescale import (
     NARROW,
     Rescale,
@@ -79,18 +79,7 @@ class SplitSharedAddResult:
             if len(folding) == slots:
                 folding = folding[1:]  # the original keeps one reader
             for c in folding:
-                c.inputs[0] = self._copy(graph, op, c)
+                c.inputs[0] = graph.copy_before(op, c)
             changed += 1
             producers, consumers = graph.producers(), graph.consumers()
         return changed
-
-    @staticmethod
-    def _copy(graph: Graph, op: Operator, reader: Operator) -> str:
-        """A copy of ``op`` reading the same operands, placed just before ``reader``."""
-        y = op.outputs[0]
-        out = graph.fresh_name(y)
-        t = graph.tensors[y]
-        graph.tensors[out] = Tensor(out, list(t.shape), t.dtype)
-        copy = Operator(op.op, list(op.inputs), [out], dict(op.attr), op.location, op.source)
-        graph.insert_before(reader, copy)
-        return out

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
-from ethosu_ng.tosa_optimize.graph import Graph, Operator, Tensor
+from ethosu_ng.tosa_optimize.graph import Graph, Operator
 from ethosu_ng.tosa_optimize.rewrites._rescale import absorbs_operand, read_rescale
 
 
@@ -57,25 +57,7 @@ class SplitSharedRescale:
             if len(folding) == len(slots) and y not in graph.outputs:
                 folding = folding[1:]  # the original keeps one reader
             for c, k in folding:
-                c.inputs[k] = self._copy(graph, op, c)
+                c.inputs[k] = graph.copy_before(op, c)
             changed += 1
             producers, consumers = graph.producers(), graph.consumers()
         return changed
-
-    @staticmethod
-    def _copy(graph: Graph, rescale: Operator, reader: Operator) -> str:
-        """A copy of ``rescale`` (same parameters) placed just before ``reader``."""
-        y = rescale.outputs[0]
-        out = graph.fresh_name(y)
-        t = graph.tensors[y]
-        graph.tensors[out] = Tensor(out, list(t.shape), t.dtype)
-        copy = Operator(
-            "RESCALE",
-            list(rescale.inputs),
-            [out],
-            dict(rescale.attr),
-            rescale.location,
-            source=rescale.source,
-        )
-        graph.insert_before(reader, copy)
-        return out
