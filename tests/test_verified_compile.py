@@ -483,3 +483,48 @@ def test_near_ties_are_counted_where_the_flipped_run_rounds_the_other_way(monkey
     assert ExactEvaluator(gm).run([one], rounding="half_up", count_within=tie).near_ties == 0
     [((base,), (flipped,), _)], runs = _exact_all_counting_runs(monkeypatch, gm, [[one]])
     assert runs == 1 and flipped is base
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    kind=st.sampled_from(["quantized int8", "quantized int16", "int8", "int16", "int32", "bool"]),
+    shape=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    off=st.integers(1, 2),
+    where=st.integers(0, 255),
+)
+def test_tolerance_by_output_kind(kind, shape, off, where):
+    """One element of TOSA's output ``off`` steps from the exact evaluation: a quantized output
+    may be 1 LSB off (a rounding tie the two sides break differently); a bool or a plain
+    integer (no scale: a shift, an index, a count) has no grid step to be off by, so any
+    difference is a deviation, as is 2 LSB anywhere."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from ethosu_ng.compiler import verify_lowering
+    from ethosu_ng.compiler.verify_lowering import LoweringDeviation
+    from ethosu_ng.tensor_spec import TensorSpec
+
+    dtype = {"bool": torch.bool, "int32": torch.int32}.get(kind.split()[-1]) or getattr(
+        torch, kind.split()[-1]
+    )
+    quantized = kind.startswith("quantized")
+    out = TensorSpec(
+        dtype,
+        tuple(shape),
+        tuple(range(len(shape))),
+        scale=0.1 if quantized else None,
+        zero_point=0 if quantized else None,
+    )
+    want = torch.zeros(shape, dtype=torch.int64)
+    got = want.clone().reshape(-1)
+    got[where % got.numel()] = off if dtype != torch.bool else 1
+    ref, exact = Future(), Future()
+    ref.set_result(([[got.numpy()]], None, 0.0))
+    exact.set_result(([([want], [want], None)], 0.0, 0.0))
+    spec = EthosUNGCompileSpec("ethos-u55-128")
+    args = ("p", SimpleNamespace(outputs=ref), exact, [out], spec)
+    if quantized and off == 1:
+        assert verify_lowering.verify(*args).status == "verified"
+    else:
+        with pytest.raises(LoweringDeviation, match="differs from the quantized partition"):
+            verify_lowering.verify(*args)
