@@ -141,6 +141,10 @@ VIEW_OPS = frozenset(
 )
 # Slice a tensor: every output element is one input element.
 SLICING_OPS = frozenset({"aten.slice_copy.Tensor", "aten.select_copy.int"})
+# Arithmetic right shifts: the U55's SHR rounds where PyTorch floors (partitioning/target_limits).
+RIGHT_SHIFT_OPS = frozenset(
+    {"aten.bitwise_right_shift.Tensor", "aten.bitwise_right_shift.Tensor_Scalar"}
+)
 # Output values are input values, moved (the NPU spends cycles on these, but changes no value):
 # per-tensor qparams flow through them unchanged.
 DATA_MOVEMENT_OPS = (

@@ -17,12 +17,11 @@ from torch.fx import Node
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
-from ethosu_ng.ops import DEQUANTIZE_OPS, SLICING_OPS, VIEW_OPS, op_name
+from ethosu_ng.ops import DEQUANTIZE_OPS, RIGHT_SHIFT_OPS, SLICING_OPS, VIEW_OPS, op_name
 
 # What a sliced value may pass through and still reach the element-wise op of the crash pattern.
 _PASSES_VALUE = VIEW_OPS | DEQUANTIZE_OPS | {"aten.permute_copy.default"}
 _ELEMENTWISE = {"aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor"}
-_ROUNDING_SHIFT_OPS = {"aten.bitwise_right_shift.Tensor", "aten.bitwise_right_shift.Tensor_Scalar"}
 
 
 def _feeds_elementwise(node: Node, depth: int = 8) -> bool:
@@ -56,7 +55,7 @@ class TargetLimits(OperatorSupportBase):
 
     def why_not(self, node: Node):
         name = op_name(node.target)
-        if self.spec.is_u55_subset and name in _ROUNDING_SHIFT_OPS:
+        if self.spec.is_u55_subset and name in RIGHT_SHIFT_OPS:
             # Upstream lowers it to the U55's SHR, which rounds where PyTorch floors (measured:
             # 1 off on every odd quotient), and the TOSA reference calls the graph unpredictable
             # on the verified compile's full-range shift amounts, so nothing would catch it.
