@@ -139,6 +139,9 @@ int64_t scale_round(int64_t v, uint32_t scale, int shift, int mode) {
       case kRoundNatural:
         p = shift_right(add(p, power_of_two(shift - 1)), shift);
         break;
+      case kRoundFloor:
+        p = shift_right(p, shift);
+        break;
       case kRoundDbl:
       default: { // TOSA apply_scale_32 with double_round
         Wide r = power_of_two(shift - 1);
@@ -350,7 +353,8 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
             e = e == Error::Ok ? u85_elementwise() : e;
             break;
           case U85_OP_RESIZE:
-            e = fail(Error::NotSupported, "resize not modelled");
+            e = u85_check_acc(false);
+            e = e == Error::Ok ? u85_resize() : e;
             break;
           case OP_DMA_START:
             e = op_dma();

@@ -3,7 +3,7 @@
 // The model's shared front end, declared for the files that implement the
 // operations: register file, feature-map addressing, region checks, the output
 // stage and the error reporting. Each operation family lives in its own file
-// (u55_conv.cpp, u55_pool.cpp, u55_elementwise.cpp, dma.cpp); front_end.cpp
+// (u55_conv.cpp, u55_pool.cpp, u55_elementwise.cpp, dma.cpp, u85_*.cpp); front_end.cpp
 // parses the payload, decodes commands and dispatches to them.
 #pragma once
 
@@ -27,6 +27,15 @@ constexpr int kRoundTruncate = 1;
 constexpr int kRoundNatural = 2;
 // Ethos-U85 DOUBLE_SYMMETRIC, accepted only where the shift is 0 (exact).
 constexpr int kRoundExact = 3;
+// Ethos-U85 TRUNCATE_TO_LOWER: toward minus infinity.
+constexpr int kRoundFloor = 4;
+
+// Ethos-U85 ACTIVATION functions (regor ethos_u85_interface.hpp
+// activation_function) the model implements.
+constexpr int kLutNone = 0;
+constexpr int kLutU8U8 = 1;
+constexpr int kLutS8S8 = 4;
+constexpr int kLutS16S16 = 8;
 
 // Resource bounds for one operation, beyond the region checks
 // (Model::check_extent): the most elements one feature map may have and the
@@ -188,6 +197,7 @@ class Model {
   Error u85_matmul(FeatureMap& ifm, FeatureMap& ofm);
   Error u85_pool();
   Error u85_elementwise();
+  Error u85_resize();
   Error u85_output_setup(FeatureMap& ofm);
   Error u85_write_output(const FeatureMap& ofm, int y, int x, int c, int64_t scaled);
   Error u85_rounding(const char* reg, int mode, int shift, int* round);

@@ -107,8 +107,76 @@ void traverse_u85_weights(const U85WeightLayout& L, Fn&& fn) {
   }
 }
 
-// Exact dot product of `a` (|a| < 2^15) and 9-bit weights `b`: int32 partial
-// sums over 128 elements (< 2^15 * 2^8 * 2^7 = 2^30), added up in 64 bits.
+uint64_t sat_add(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+uint64_t sat_mul(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+// The number of positions traverse_u85_weights visits for core L.core, in
+// closed form: every OFM block, IFM block and sub-kernel of one size visits
+// the same number, and there are at most two sizes of each.
+uint64_t u85_stream_positions(const U85WeightLayout& L) {
+  constexpr int kInterleave = 4;
+  auto ceil_div = [](uint64_t a, uint64_t b) { return (a + b - 1) / b; };
+  const uint64_t first_oz = static_cast<uint64_t>(L.core) * kInterleave;
+  const uint64_t n_oz = L.ofm_ublock_depth > static_cast<int>(first_oz)
+                            ? ceil_div(L.ofm_ublock_depth - first_oz, kInterleave * L.cores)
+                            : 0;
+  const uint64_t per_element =
+      ceil_div(L.ifm_ublock_depth, L.ifm_step) * n_oz * kInterleave * L.ifm_step;
+  const uint64_t dw_pad = L.depthwise ? static_cast<uint64_t>(L.dw_padding) : 0;
+  // One (IFM micro-block, OFM micro-block) pass over a sub-kernel of k elements.
+  auto sub_kernel = [&](uint64_t k) {
+    const uint64_t R = L.sub_kernel_round;
+    uint64_t p = sat_mul(k, per_element);
+    if (L.depthwise) {
+      p = sat_add(p, sat_mul(k / R, dw_pad * L.ofm_ublock_depth / L.cores));
+    }
+    const uint64_t rem = ceil_div(k, R) * R - k;
+    if (rem > 0) {
+      p = sat_add(p, sat_mul(rem + dw_pad, static_cast<uint64_t>(L.ifm_ublock_depth) *
+                                               L.ofm_ublock_depth / L.cores));
+    }
+    return p;
+  };
+  // (count, size) of the pieces `n` splits into at `step`.
+  struct Piece {
+    uint64_t count, size;
+  };
+  auto pieces = [](uint64_t n, uint64_t step, Piece out[2]) {
+    out[0] = {n / step, step};
+    out[1] = {n % step ? 1u : 0u, n % step};
+  };
+  Piece pw[2], ph[2], po[2], pi[2];
+  pieces(L.kw, L.decomp_x, pw);
+  pieces(L.kh, L.decomp_y, ph);
+  pieces(L.ofm_depth, L.ofm_block_depth, po);
+  pieces(L.depthwise ? 1 : L.ifm_depth, L.ifm_block_depth, pi);
+  uint64_t per_block = 0; // one (OFM block, IFM block) pair, per micro-block pass
+  for (const Piece& w : pw) {
+    for (const Piece& h : ph) {
+      per_block = sat_add(per_block, sat_mul(w.count * h.count, sub_kernel(w.size * h.size)));
+    }
+  }
+  uint64_t total = 0;
+  for (const Piece& o : po) {
+    for (const Piece& i : pi) {
+      const uint64_t outer = L.depthwise ? 1 : i.size;
+      const uint64_t passes =
+          sat_mul(ceil_div(outer, L.ifm_ublock_depth), ceil_div(o.size, L.ofm_ublock_depth));
+      total = sat_add(total, sat_mul(sat_mul(o.count, i.count), sat_mul(passes, per_block)));
+    }
+  }
+  return total;
+}
+
+// Exact dot product of `a` (int16) and 9-bit weights `b`: int32 partial sums
+// over 128 elements (|sum| <= 2^15 * 2^8 * 2^7 = 2^30), added up in 64 bits.
 int64_t dot16(const int16_t* a, const int16_t* b, int n) {
   int64_t total = 0;
   for (int base = 0; base < n; base += 128) {
@@ -151,10 +219,11 @@ Error Model::u85_conv(bool depthwise) {
   if (upscale == 3 || (p0(SET_IFM_UPSCALE) & ~3u) != 0) {
     return fail(Error::InvalidProgram, "IFM_UPSCALE 0x%04x: reserved mode", p0(SET_IFM_UPSCALE));
   }
-  if (ifm.bits != 8) {
+  if (ifm.bits != 8 && ifm.bits != 16) {
     return fail(Error::NotSupported, "convolution with a %d-bit IFM not modelled on the Ethos-U85",
                 ifm.bits);
   }
+  const bool ifm16 = ifm.bits == 16;
   // WEIGHT_FORMAT: bit 0 fast weight decode (FWD), bit 4 2:4 sparsity.
   const uint16_t wf = p0(static_cast<Cmd0>(U85_SET_WEIGHT_FORMAT));
   if ((wf & ~0x11u) != 0) {
@@ -238,7 +307,7 @@ Error Model::u85_conv(bool depthwise) {
   L.decomp_x = 8 / dil_x;
   L.decomp_y = 8 / dil_y;
   L.cores = cores_;
-  L.dw_padding = macs_per_cc <= 256 ? 0 : macs_per_cc <= 512 ? 2 : 6;
+  L.dw_padding = (!ifm16 && macs_per_cc <= 256) ? 0 : macs_per_cc <= 512 ? 2 : 6;
   L.ifm_step = depthwise ? 1 : sparse ? 16 : 8;
   if (depthwise) {
     L.stride_x = stride_x;
@@ -250,13 +319,14 @@ Error Model::u85_conv(bool depthwise) {
     L.stride_x = stride_x;
     L.stride_y = stride_y;
     L.ifm_block_depth = 16;
-    L.ifm_ublock_depth = 16;
-    L.sub_kernel_round = sparse ? 10 : 5;
+    L.ifm_ublock_depth = ifm16 && !sparse ? 8 : 16;
+    L.sub_kernel_round = ifm16 || sparse ? 10 : 5;
   } else {
     L.stride_x = 1;
     L.stride_y = 1;
-    L.ifm_block_depth =
-        sparse ? 128 : (macs_per_cc <= 256 && L.ofm_ublock_depth == 16) ? 32 : 64;
+    L.ifm_block_depth = sparse && !ifm16                                      ? 128
+                        : (!sparse && macs_per_cc <= 256 && L.ofm_ublock_depth == 16) ? 32
+                                                                                      : 64;
     L.ifm_ublock_depth = L.ifm_block_depth;
     L.sub_kernel_round = 1;
   }
@@ -266,12 +336,77 @@ Error Model::u85_conv(bool depthwise) {
                 "cores",
                 acc, ub[0], ub[1], L.ofm_ublock_depth, cores_);
   }
+  static const Cmd1 kBase[4] = {SET_WEIGHT_BASE, SET_WEIGHT1_BASE,
+                                static_cast<Cmd1>(U85_SET_WEIGHT2_BASE),
+                                static_cast<Cmd1>(U85_SET_WEIGHT3_BASE)};
+  static const Cmd1 kLength[4] = {SET_WEIGHT_LENGTH, SET_WEIGHT1_LENGTH,
+                                  static_cast<Cmd1>(U85_SET_WEIGHT2_LENGTH),
+                                  static_cast<Cmd1>(U85_SET_WEIGHT3_LENGTH)};
+  // Each core's stream length in closed form, checked against what the
+  // streams hold before any position table is built: a hostile kernel shape
+  // costs no more than its streams' bytes.
+  uint64_t positions[4] = {0, 0, 0, 0};
+  uint64_t total_positions = 0;
+  for (int core = 0; core < cores_; ++core) {
+    L.core = core;
+    positions[core] = u85_stream_positions(L);
+    total_positions = sat_add(total_positions, positions[core]);
+  }
+  if (total_positions > kMaxElements * 16) {
+    return fail(Error::NotSupported,
+                "weight streams of %llu positions (OFM depth %d, kernel %d x %d, IFM depth %d) "
+                "exceed the model's limit",
+                static_cast<unsigned long long>(total_positions), ofm.c, kh, kw, L.ifm_depth);
+  }
+  std::vector<int16_t> decoded[4];
+  char wmsg[200];
+  if (fast) {
+    uint8_t* wp;
+    const uint64_t wlen = d1(SET_WEIGHT_LENGTH);
+    e = region_span(p0(SET_WEIGHT_REGION) & 7, a1(SET_WEIGHT_BASE), wlen, false,
+                    "weight stream", &wp);
+    if (e != Error::Ok) {
+      return e;
+    }
+    // fwd_decode checks the length against the count before it allocates.
+    if (!fwd_decode(wp, wlen, total_positions, decoded[0], wmsg, sizeof(wmsg))) {
+      return fail(Error::InvalidProgram, "weight stream at 0x%llx (+%llu): %s",
+                  static_cast<unsigned long long>(a1(SET_WEIGHT_BASE)),
+                  static_cast<unsigned long long>(wlen), wmsg);
+    }
+  } else {
+    for (int core = 0; core < cores_; ++core) {
+      uint8_t* wp;
+      const uint64_t wlen = d1(kLength[core]);
+      e = region_span(p0(SET_WEIGHT_REGION) & 7, a1(kBase[core]), wlen, false, "weight stream",
+                      &wp);
+      if (e != Error::Ok) {
+        return e;
+      }
+      if (wlen > 0 &&
+          !mlw_decode(wp, wlen, decoded[core], wmsg, sizeof(wmsg), positions[core])) {
+        return fail(Error::InvalidProgram, "weight stream %d at 0x%llx (+%llu): %s", core,
+                    static_cast<unsigned long long>(a1(kBase[core])),
+                    static_cast<unsigned long long>(wlen), wmsg);
+      }
+      if (decoded[core].size() != positions[core]) {
+        return fail(Error::InvalidProgram,
+                    "weight stream %d decodes to %llu weights; OFM depth %d, kernel %d x %d, IFM "
+                    "depth %d, block depth %d, micro-block depth %d need %llu",
+                    core, static_cast<unsigned long long>(decoded[core].size()), ofm.c, kh, kw,
+                    L.ifm_depth, L.ofm_block_depth, L.ofm_ublock_depth,
+                    static_cast<unsigned long long>(positions[core]));
+      }
+    }
+  }
+
   const size_t wcount = static_cast<size_t>(ofm.c) * kh * kw * L.ifm_depth;
   std::vector<int16_t> W(wcount, 0); // [oc][ky][kx][ic]
   // Each core's stream positions: the index into W, or -1 for a padding slot.
   std::vector<int32_t> slots[4];
   for (int core = 0; core < cores_; ++core) {
     L.core = core;
+    slots[core].reserve(positions[core]);
     traverse_u85_weights(L, [&](int oz, int ky, int kx, int iz, bool valid) {
       slots[core].push_back(
           valid ? static_cast<int32_t>(((static_cast<size_t>(oz) * kh + ky) * kw + kx) *
@@ -280,12 +415,6 @@ Error Model::u85_conv(bool depthwise) {
                 : -1);
     });
   }
-  static const Cmd1 kBase[4] = {SET_WEIGHT_BASE, SET_WEIGHT1_BASE,
-                                static_cast<Cmd1>(U85_SET_WEIGHT2_BASE),
-                                static_cast<Cmd1>(U85_SET_WEIGHT3_BASE)};
-  static const Cmd1 kLength[4] = {SET_WEIGHT_LENGTH, SET_WEIGHT1_LENGTH,
-                                  static_cast<Cmd1>(U85_SET_WEIGHT2_LENGTH),
-                                  static_cast<Cmd1>(U85_SET_WEIGHT3_LENGTH)};
   // Places decoded values on their slots; padding slots must be zero.
   auto place = [&](const std::vector<int16_t>& values, const std::vector<int32_t>& order,
                    int stream) -> Error {
@@ -307,13 +436,12 @@ Error Model::u85_conv(bool depthwise) {
     }
     return Error::Ok;
   };
-  std::vector<int16_t> decoded;
-  char wmsg[200];
   if (fast) {
     // One stream for every core: blocks of each core's positions in turn
     // (regor EthosU85WeightOrderingFwd).
     const int block = L.ofm_ublock_depth * L.ifm_ublock_depth * L.sub_kernel_round / cores_;
     std::vector<int32_t> order;
+    order.reserve(total_positions);
     size_t taken[4] = {0, 0, 0, 0};
     for (bool more = true; more;) {
       more = false;
@@ -325,38 +453,13 @@ Error Model::u85_conv(bool depthwise) {
         more = more || taken[core] < slots[core].size();
       }
     }
-    uint8_t* wp;
-    const uint64_t wlen = d1(SET_WEIGHT_LENGTH);
-    e = region_span(p0(SET_WEIGHT_REGION) & 7, a1(SET_WEIGHT_BASE), wlen, false,
-                    "weight stream", &wp);
-    if (e != Error::Ok) {
-      return e;
-    }
-    if (!fwd_decode(wp, wlen, order.size(), decoded, wmsg, sizeof(wmsg))) {
-      return fail(Error::InvalidProgram, "weight stream at 0x%llx (+%llu): %s",
-                  static_cast<unsigned long long>(a1(SET_WEIGHT_BASE)),
-                  static_cast<unsigned long long>(wlen), wmsg);
-    }
-    e = place(decoded, order, 0);
+    e = place(decoded[0], order, 0);
     if (e != Error::Ok) {
       return e;
     }
   } else {
     for (int core = 0; core < cores_; ++core) {
-      uint8_t* wp;
-      const uint64_t wlen = d1(kLength[core]);
-      e = region_span(p0(SET_WEIGHT_REGION) & 7, a1(kBase[core]), wlen, false, "weight stream",
-                      &wp);
-      if (e != Error::Ok) {
-        return e;
-      }
-      decoded.clear();
-      if (wlen > 0 && !mlw_decode(wp, wlen, decoded, wmsg, sizeof(wmsg))) {
-        return fail(Error::InvalidProgram, "weight stream %d at 0x%llx (+%llu): %s", core,
-                    static_cast<unsigned long long>(a1(kBase[core])),
-                    static_cast<unsigned long long>(wlen), wmsg);
-      }
-      e = place(decoded, slots[core], core);
+      e = place(decoded[core], slots[core], core);
       if (e != Error::Ok) {
         return e;
       }
@@ -388,7 +491,7 @@ Error Model::u85_conv(bool depthwise) {
   std::vector<int16_t> in16;
   bool narrow = !depthwise;
   for (size_t k = 0; narrow && k < in.size(); ++k) {
-    narrow = in[k] >= INT16_MIN + 1 && in[k] <= INT16_MAX;
+    narrow = in[k] >= INT16_MIN && in[k] <= INT16_MAX;
   }
   if (narrow) {
     in16.assign(in.begin(), in.end());
@@ -471,7 +574,7 @@ Error Model::u85_matmul(FeatureMap& ifm, FeatureMap& ofm) {
                 "matmul (IFM2 as weights) with a kernel, stride, padding or upscaling not "
                 "modelled");
   }
-  if (ifm.bits != 8 || ifm2.bits != 8) {
+  if ((ifm.bits != 8 && ifm.bits != 16) || (ifm2.bits != 8 && ifm2.bits != 16)) {
     return fail(Error::NotSupported, "matmul with %d-bit / %d-bit inputs not modelled", ifm.bits,
                 ifm2.bits);
   }

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
-// Ethos-U85 elementwise operations (NPU_OP_ELEMENTWISE): MUL, ADD, SUB, MIN,
-// MAX, ABS with per-operand scaling (IFM_SCALE, IFM2_SCALE), broadcast of
-// either input in H/W/C and scalars (IFM_BROADCAST, IFM2_BROADCAST,
-// OP_SCALAR). See docs/npu-model.md, "Ethos-U85".
+// Ethos-U85 elementwise operations (NPU_OP_ELEMENTWISE): arithmetic (MUL, ADD,
+// SUB, MIN, MAX, ABS), shifts (SHL, SHR, LSR), CLZ, comparisons (CMP_EQ, NE,
+// GE, GT) and bitwise logic (AND, OR, XOR, NOT, AND_NOT), with per-operand
+// scaling (IFM_SCALE, IFM2_SCALE), broadcast of either input in H/W/C and
+// scalars (IFM_BROADCAST, IFM2_BROADCAST, OP_SCALAR). Modes: regor
+// ethos_u85_interface.hpp elementwise_mode. See docs/npu-model.md, "Ethos-U85".
 #include <ethosu_ng/npu_model/model.h>
 
 #include <algorithm>
@@ -14,7 +16,41 @@ namespace detail {
 
 namespace {
 
-constexpr int kMul = 0, kAdd = 1, kSub = 2, kMin = 3, kMax = 4, kAbs = 6;
+constexpr int kMul = 0, kAdd = 1, kSub = 2, kMin = 3, kMax = 4, kAbs = 6, kClz = 7, kShr = 8,
+              kShl = 9, kLsr = 10, kCmpEq = 16, kCmpNe = 17, kCmpGe = 18, kCmpGt = 19, kAnd = 33,
+              kOr = 34, kXor = 35, kNot = 36, kAndNot = 42;
+
+bool modelled(int mode) {
+  switch (mode) {
+    case kMul: case kAdd: case kSub: case kMin: case kMax: case kAbs: case kClz: case kShr:
+    case kShl: case kLsr: case kCmpEq: case kCmpNe: case kCmpGe: case kCmpGt: case kAnd:
+    case kOr: case kXor: case kNot: case kAndNot:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_unary(int mode) {
+  return mode == kAbs || mode == kClz || mode == kNot;
+}
+
+// A comparison writes all ones for true (regor RewriteSelect ANDs the result
+// with the selected values) and zero for false.
+constexpr int64_t kTrue = -1;
+
+// a << sh within `bits` bits, as a signed value; amounts outside 0..bits-1
+// give 0.
+int64_t shift_left(int64_t a, int64_t sh, int bits) {
+  if (sh < 0 || sh >= bits) {
+    return 0;
+  }
+  const uint64_t mask = bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+  const uint64_t u = (static_cast<uint64_t>(a) << sh) & mask;
+  // Back to a signed value of `bits` bits.
+  return bits >= 64 || !(u >> (bits - 1)) ? static_cast<int64_t>(u)
+                                           : static_cast<int64_t>(u) - (int64_t{1} << bits);
+}
 
 struct OperandScale {
   uint32_t scale;
@@ -26,11 +62,13 @@ struct OperandScale {
 
 Error Model::u85_elementwise() {
   const uint16_t mode = cmd_param_ & 0x3f;
-  if (!(mode <= kMax || mode == kAbs)) {
-    return fail(Error::NotSupported, "elementwise mode %u not modelled (MUL, ADD, SUB, MIN, MAX, "
-                "ABS are)", mode);
+  if (!modelled(mode)) {
+    return fail(Error::NotSupported,
+                "elementwise mode %u not modelled (MUL, ADD, SUB, MIN, MAX, ABS, CLZ, SHR, SHL, "
+                "LSR, CMP_EQ/NE/GE/GT, AND, OR, XOR, NOT, AND_NOT are)",
+                mode);
   }
-  const bool unary = mode == kAbs;
+  const bool unary = is_unary(mode);
   FeatureMap ifm, ifm2, ofm;
   Error e = feature_map(ofm, false, true);
   if (e != Error::Ok) {
@@ -137,9 +175,72 @@ Error Model::u85_elementwise() {
           v[k] = scale_round(raw, in.s.scale, in.s.shift, in.s.round);
         }
         int64_t r = 0;
+        // Shifts and CLZ work on the operand's own width (32 bits at most).
+        const int width = std::min(32, ifm.bits);
         switch (mode) {
           case kMul:
             r = v[0] * v[1];
+            break;
+          case kClz: {
+            const uint32_t u = static_cast<uint32_t>(v[0]) &
+                               (width >= 32 ? 0xffffffffu : (1u << width) - 1);
+            int n = 0;
+            while (n < width && !((u >> (width - 1 - n)) & 1)) {
+              ++n;
+            }
+            r = n;
+            break;
+          }
+          case kShl:
+            r = shift_left(v[0], v[1], width);
+            break;
+          case kShr: {
+            // Arithmetic, rounded by the OFM rounding mode (regor: TOSA
+            // ARITHMETIC_RIGHT_SHIFT round -> NATURAL, else TRUNCATE_TO_LOWER).
+            const int64_t sh = v[1];
+            if (sh <= 0) {
+              r = v[0];
+            } else if (sh >= 63) {
+              r = v[0] < 0 ? -1 : 0;
+            } else {
+              const int64_t rnd = ofm_round_ == kRoundNatural ? (int64_t{1} << (sh - 1)) : 0;
+              r = (v[0] + rnd) >> sh;
+            }
+            break;
+          }
+          case kLsr: {
+            const int64_t sh = v[1];
+            const uint64_t mask = width >= 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1;
+            r = (sh < 0 || sh >= width) ? 0
+                                        : static_cast<int64_t>((static_cast<uint64_t>(v[0]) & mask) >> sh);
+            break;
+          }
+          case kCmpEq:
+            r = v[0] == v[1] ? kTrue : 0;
+            break;
+          case kCmpNe:
+            r = v[0] != v[1] ? kTrue : 0;
+            break;
+          case kCmpGe:
+            r = v[0] >= v[1] ? kTrue : 0;
+            break;
+          case kCmpGt:
+            r = v[0] > v[1] ? kTrue : 0;
+            break;
+          case kAnd:
+            r = v[0] & v[1];
+            break;
+          case kOr:
+            r = v[0] | v[1];
+            break;
+          case kXor:
+            r = v[0] ^ v[1];
+            break;
+          case kNot:
+            r = ~v[0];
+            break;
+          case kAndNot:
+            r = v[0] & ~v[1];
             break;
           case kAdd:
             r = v[0] + v[1];

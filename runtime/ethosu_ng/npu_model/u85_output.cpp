@@ -38,7 +38,8 @@ Error Model::u85_check_acc(bool ifm2_accumulator) {
 // TRUNCATE_TO_ZERO, 5 TRUNCATE_TO_LOWER. NATURAL is TOSA's single rounding
 // and is what Vela emits for the TOSA graphs here; DOUBLE_SYMMETRIC is
 // accepted only with shift 0 (kRoundExact: the result is exact whatever the
-// rounding), the other modes and a non-zero dbl_rnd are NotSupported.
+// rounding); the truncations are exact by definition; DOUBLE_ASYMMETRIC,
+// SYMMETRIC and a non-zero dbl_rnd are NotSupported.
 Error Model::u85_rounding(const char* reg, int mode, int dbl_rnd, int* round) {
   if (dbl_rnd != 0) {
     return fail(Error::NotSupported, "%s: double-round shift %d not modelled", reg, dbl_rnd);
@@ -50,10 +51,14 @@ Error Model::u85_rounding(const char* reg, int mode, int dbl_rnd, int* round) {
     case 0:
       *round = kRoundExact;
       return Error::Ok;
+    case 4:
+      *round = kRoundTruncate;
+      return Error::Ok;
+    case 5:
+      *round = kRoundFloor;
+      return Error::Ok;
     case 2:
     case 3:
-    case 4:
-    case 5:
       return fail(Error::NotSupported, "%s: rounding mode %d not modelled", reg, mode);
     default:
       return fail(Error::InvalidProgram, "%s: reserved rounding mode %d", reg, mode);
@@ -110,21 +115,31 @@ Error Model::u85_output_setup(FeatureMap& ofm) {
     return e;
   }
   // ACTIVATION: function bits 0..4 (activation_function), table bits 5..7.
-  // LUT_U8_U8 (1) and LUT_S8_S8 (4) are modelled: 256 one-byte entries at
-  // table x 256 in the LUT memory, indexed by the 8-bit result (+128 when
-  // signed). The wider and the 16-bit-input tables are NotSupported.
+  // Modelled: LUT_U8_U8 (1) and LUT_S8_S8 (4), 256 one-byte entries at table
+  // x 256 in the LUT memory, indexed by the 8-bit result (+128 when signed);
+  // LUT_S16_S16 (8), 512 (base, slope) pairs of int16 at table x 2048
+  // (regor GraphIrOptimiser::RewriteTable), interpolated. The tables with
+  // other input/output widths and the built-in tanh/sigmoid are NotSupported.
   const uint16_t act = p0(SET_ACTIVATION);
   u85_lut_fn_ = act & 0x1f;
   lut_index_ = (act >> 5) & 7;
-  if (u85_lut_fn_ != 0 && u85_lut_fn_ != 1 && u85_lut_fn_ != 4) {
+  if (u85_lut_fn_ != kLutNone && u85_lut_fn_ != kLutU8U8 && u85_lut_fn_ != kLutS8S8 &&
+      u85_lut_fn_ != kLutS16S16) {
     return fail(Error::NotSupported,
-                "ACTIVATION 0x%04x: LUT function %d not modelled on the Ethos-U85 (U8_U8 and "
-                "S8_S8 are)",
+                "ACTIVATION 0x%04x: LUT function %d not modelled on the Ethos-U85 (U8_U8, S8_S8 "
+                "and S16_S16 are)",
                 act, u85_lut_fn_);
   }
-  if (u85_lut_fn_ != 0 && (ofm.bits != 8 || ofm.is_signed != (u85_lut_fn_ == 4))) {
+  const int lut_bits = u85_lut_fn_ == kLutS16S16 ? 16 : 8;
+  if (u85_lut_fn_ != kLutNone &&
+      (ofm.bits != lut_bits || ofm.is_signed != (u85_lut_fn_ != kLutU8U8))) {
     return fail(Error::InvalidProgram, "ACTIVATION 0x%04x: LUT function %d with a %d-bit %s OFM",
                 act, u85_lut_fn_, ofm.bits, ofm.is_signed ? "signed" : "unsigned");
+  }
+  if (u85_lut_fn_ == kLutS16S16 && static_cast<size_t>(lut_index_ + 1) * 2048 > shram_.size()) {
+    return fail(Error::InvalidProgram,
+                "ACTIVATION 0x%04x: 2048-byte table %d outside the %lu-byte LUT memory", act,
+                lut_index_, static_cast<unsigned long>(shram_.size()));
   }
   int64_t lo, hi;
   if (ofm.bits >= 32) {
@@ -153,8 +168,18 @@ Error Model::u85_output_setup(FeatureMap& ofm) {
 // axis of the OFM box (activation_reverse H, W, C).
 Error Model::u85_write_output(const FeatureMap& ofm, int y, int x, int c, int64_t scaled) {
   int64_t v = scaled + ofm.zp;
-  if (u85_lut_fn_ != 0) {
-    const bool sgn = u85_lut_fn_ == 4;
+  if (u85_lut_fn_ == kLutS16S16) {
+    // The int16 value picks one of 512 intervals (its top 9 bits) and a
+    // position in it (its low 7 bits); base + slope x position / 128, rounded
+    // half up: TOSA TABLE followed by its RESCALE by 2^-7.
+    v = std::min<int64_t>(INT16_MAX, std::max<int64_t>(INT16_MIN, v));
+    const uint32_t u = static_cast<uint32_t>(v - INT16_MIN);
+    const uint8_t* e = &shram_[static_cast<size_t>(lut_index_) * 2048 + (u >> 7) * 4];
+    const int16_t base = static_cast<int16_t>(e[0] | (e[1] << 8));
+    const int16_t slope = static_cast<int16_t>(e[2] | (e[3] << 8));
+    v = base + ((int64_t{slope} * (u & 0x7f) + 64) >> 7);
+  } else if (u85_lut_fn_ != kLutNone) {
+    const bool sgn = u85_lut_fn_ == kLutS8S8;
     v = std::min<int64_t>(sgn ? 127 : 255, std::max<int64_t>(sgn ? -128 : 0, v));
     const uint8_t raw = shram_[static_cast<size_t>(lut_index_) * 256 +
                                static_cast<size_t>(v + (sgn ? 128 : 0))];
