@@ -35,6 +35,7 @@ from ethosu_ng.compiler.dropped_output import emit_shared_rank4_outputs_nhwc, ma
 from ethosu_ng.compiler.io_check import check_io, npu_dim_order
 from ethosu_ng.partitioning.boundary import BoundaryContractError
 from ethosu_ng.partitioning.delegate_io import DelegateIOSpec, declared_io
+from ethosu_ng.passes.rank0_as_rank1 import carry_rank0_as_rank1
 from ethosu_ng.tosa_graph import tosa_io, tosa_ops
 from ethosu_ng.tosa_optimize import pipeline as tosa_optimize
 from ethosu_ng.vela import compiler as vela_compiler
@@ -66,6 +67,7 @@ def lower(
     """Upstream's TOSA lowering, then our TOSA rewrites (``spec.tosa_optimize``): the flatbuffer
     for Vela and ``op_sources`` matching its operators."""
     op_sources: List[dict] = []
+    carry_rank0_as_rank1(program)
     with upstream.lowering_context(spec, program):
         tosa = upstream.lower_to_tosa(program, spec, op_sources)
     if not spec.tosa_optimize:
