@@ -159,22 +159,12 @@ class _Gather(torch.nn.Module):
         return torch.gather(x, self.dim, index)
 
 
-# Open: a gather a U85 leaves on the CPU for its arguments (upstream takes dim 1 of rank-2/3
-# tensors only) keeps the int32 index upstream's quantizer gave it.
-_U85_GATHER_ON_CPU = pytest.mark.xfail(strict=True, reason="int32 index on the CPU (U85)")
-
-
-@pytest.mark.parametrize(
-    "target,dim",
-    [
-        (U55, 0),
-        (U55, 1),
-        pytest.param(U85, 0, marks=_U85_GATHER_ON_CPU),
-        pytest.param(U85, 1, marks=_U85_GATHER_ON_CPU),
-    ],
-)
+@pytest.mark.parametrize("target", [U55, U85])
+@pytest.mark.parametrize("dim", [0, 1])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32])
 def test_gather_with_int64_index_runs_where_it_is_not_delegated(target, dim, dtype):
+    """U55 never delegates a gather; U85 takes some (upstream: dim 1 of rank-2/3 tensors) and
+    leaves the rest on the CPU. Either way the program runs and matches the eager model."""
     g = torch.Generator().manual_seed(2)
     x = (torch.randn(4, 5, generator=g) * 10).to(dtype)
     index = torch.randint(0, x.shape[dim], (3, 4), generator=g)

@@ -45,6 +45,7 @@ __all__ = [
     "lowering_context",
     "mark_quantized",
     "never_delegated",
+    "rejects_arguments",
     "operator_support",
     "ops_to_not_decompose",
     "upstream_compile_spec",
@@ -127,6 +128,29 @@ def never_delegated(spec: EthosUNGCompileSpec, op: torch._ops.OpOverload) -> boo
     if not upstream_compile_spec(spec).tosa_spec.is_U55_subset:
         return False
     return any(getattr(e, "_op", None) == op for e in EthosU55NotSupported.unsupported_ops)
+
+
+def rejects_arguments(spec: EthosUNGCompileSpec, node: torch.fx.Node) -> bool:
+    """Whether upstream's TOSA support check for ``node``'s op (e.g. ``GatherSupported``: dim 1
+    of rank-2/3 tensors only) rejects this ATen node's arguments on ``spec``'s target. Asked
+    before decomposition, of a node whose arguments decomposition does not change."""
+    from executorch.backends.arm.operator_support.tosa_supported_operators import (
+        get_registered_tosa_support_checks,
+    )
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    packet = getattr(node.target, "_overloadpacket", None)
+    overload = getattr(node.target, "_overloadname", None)
+    if packet is None or overload is None:
+        return False
+    edge_op = getattr(getattr(exir_ops.edge.aten, packet.__name__, None), overload, None)
+    tosa_spec = upstream_compile_spec(spec).tosa_spec
+    with TosaLoweringContext(tosa_spec):
+        for check in get_registered_tosa_support_checks(tosa_spec):
+            if edge_op in check.targets:
+                checker = check(tosa_spec, WhyNoPartitionReporter())
+                return not checker.is_node_tosa_supported(node, tosa_spec)
+    return False
 
 
 def lower_to_tosa(

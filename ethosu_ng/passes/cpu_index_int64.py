@@ -2,10 +2,14 @@
 """Int64 indices for the index ops the CPU runs.
 
 Upstream's quantizer casts every int64 program input to int32 (TOSA has no int64), so a
-``gather`` reads an int32 index. Where the target never delegates the op (Ethos-U55: no TOSA
-GATHER/SCATTER), the op runs on ExecuTorch's portable kernel, which takes an int64 index only
-(``gather``: "Expected dtype int64 for index"). Such an index is cast back to int64 right before
-the op, on the CPU; a delegated op keeps its int32 index.
+``gather`` reads an int32 index. Where the op will not be delegated it runs on ExecuTorch's
+portable kernel, which takes an int64 index only (``gather``: "Expected dtype int64 for index").
+That is known before partitioning for: an op the target never delegates (Ethos-U55 has no TOSA
+GATHER/SCATTER), a node whose arguments upstream's support check for the op rejects (Ethos-U85
+takes a ``gather`` on dim 1 of rank-2/3 tensors only), and a node pinned by ``cpu_ops``. Such an
+index is cast back to int64 right before the op, on the CPU; a delegated op keeps its int32
+index. (The partitioner may not edit the graph once it knows the partitions, so a gather it
+predicted delegated and then moved to the CPU, e.g. by the verified compile, is not covered.)
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from torch.export import ExportedProgram
 
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.ops import CPU_PINNED_META
 
 aten = torch.ops.aten
 
@@ -34,6 +39,13 @@ class CpuIndexInt64Pass:
     def __init__(self, spec: EthosUNGCompileSpec):
         self.spec = spec
 
+    def _stays_on_cpu(self, node: torch.fx.Node) -> bool:
+        return bool(
+            upstream.never_delegated(self.spec, node.target)
+            or (node.meta.get("custom") or {}).get(CPU_PINNED_META)
+            or upstream.rejects_arguments(self.spec, node)
+        )
+
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph
         self.cast = []
@@ -45,7 +57,7 @@ class CpuIndexInt64Pass:
             val = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
             if not isinstance(val, torch.Tensor) or val.dtype != torch.int32:
                 continue
-            if not upstream.never_delegated(self.spec, node.target):
+            if not self._stays_on_cpu(node):
                 continue
             with graph.inserting_before(node):
                 cast = graph.call_function(aten._to_copy.default, (index,), {"dtype": torch.int64})
