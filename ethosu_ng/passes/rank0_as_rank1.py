@@ -157,12 +157,14 @@ def _rewrite_rank0_producer(graph, node: Node) -> bool:
     schema = getattr(target, "_schema", None)
     names = [a.name for a in schema.arguments] if schema is not None else []
     if "keepdim" in names and isinstance(src_val, torch.Tensor) and src_val.dim() >= 1:
+        # Positionally: upstream's passes read keepdim from the args (convert_minmax_pass).
         k = names.index("keepdim")
-        if k < len(args):
-            args[k] = True
-            node.args = tuple(args)
-        else:
-            node.kwargs = {**node.kwargs, "keepdim": True}
+        kwargs = dict(node.kwargs)
+        for i in range(len(args), k + 1):
+            arg = schema.arguments[i]
+            args.append(kwargs.pop(arg.name, arg.default_value))
+        args[k] = True
+        node.args, node.kwargs = tuple(args), kwargs
         return True
     return False
 
