@@ -174,6 +174,25 @@ def test_inputs_are_written_before_every_execute():
     assert run.outputs[0] == firmware.host_outputs(pte, image.plan, x)
 
 
+def test_instruction_counts_are_calibrated_and_repeatable(cnn_image):
+    """Under ``-icount shift=0`` QEMU's clock takes one nanosecond per instruction and the
+    AN547's SysTick runs at 32 MHz: the runner's known loop is 31.25 instructions per tick, and
+    the same input costs the same instructions every run. Without the option the ticks follow the
+    host's clock: no instruction count is claimed."""
+    pte, image = cnn_image
+    (x,) = firmware.random_inputs(pte, 1, seed=5)
+    run = firmware.run_image(image, [x, x, x], count_instructions=True)
+    assert run.error is None, run.log
+    n, ticks = run.calibration
+    assert n / ticks == pytest.approx(31.25, rel=1e-3), run.calibration
+    counts = [run.instructions(k) for k in range(3)]
+    assert max(counts) - min(counts) <= 2 * 31.25, counts  # tick resolution
+    assert counts[0] > 10_000, counts  # the NPU model's work is in it: a real execute
+    uncounted = firmware.run_image(image, [x])
+    with pytest.raises(firmware.FirmwareError, match="no tick count"):
+        uncounted.instructions(0)
+
+
 def test_a_hang_is_cut_by_the_time_limit(cnn_image):
     pte, image = cnn_image
     with pytest.raises(firmware.FirmwareError, match="did not finish within 0.01 s"):

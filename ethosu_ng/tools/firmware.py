@@ -85,6 +85,17 @@ class Run:
     error: Optional[str] = None  # the runner's ERROR / FAULT / ABORT line, None when OK
     exit_code: int = 0
     log: str = ""
+    ticks: List[int] = field(default_factory=list)  # SysTick ticks of each run's execute()
+    calibration: Tuple[int, int] = (0, 0)  # a loop of N instructions took T ticks: (N, T)
+    counted: bool = False  # run with count_instructions: ticks follow instructions
+
+    def instructions(self, run: int) -> float:
+        """Instructions run ``run``'s execute() took, on an image run with
+        ``count_instructions=True`` (QEMU's clock then advances per instruction)."""
+        n, t = self.calibration
+        if not self.counted or not t or run >= len(self.ticks):
+            raise FirmwareError(f"run {run}: no tick count (ran without count_instructions?)")
+        return self.ticks[run] * n / t
 
 
 # ------------------------------------------------------------------ tools
@@ -272,9 +283,14 @@ def generate_kernels(et: Path, operators: Sequence[str], out_dir: Path) -> List[
 
 # ------------------------------------------------------------------ build
 def build_dir(et: Path) -> Path:
-    """One build tree per ExecuTorch tree; ninja rebuilds what changed in it (our sources
-    included) and nothing else."""
-    return cache_root() / f"build-{_tree_fingerprint(et, ['runtime', 'kernels', 'schema'])}"
+    """One build tree per ExecuTorch tree and checkout of ours; ninja rebuilds what changed in it
+    (our sources included) and nothing else. The checkout is part of the key because a build
+    tree is configured for one source directory: a second clone sharing it would build the
+    first clone's sources."""
+    checkout = hashlib.sha256(str(FIRMWARE_DIR.resolve()).encode()).hexdigest()[:8]
+    return cache_root() / (
+        f"build-{_tree_fingerprint(et, ['runtime', 'kernels', 'schema'])}-{checkout}"
+    )
 
 
 def _image_name(pte: bytes, plan: Dict, omit: Sequence[str]) -> str:
@@ -480,12 +496,15 @@ def run_image(
     pte_offset: Optional[int] = None,
     flip: Optional[int] = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    count_instructions: bool = False,
 ) -> Run:
     """Run ``image`` under QEMU: one execute per input set (written before every execute;
     ``None``: one run on zero inputs). ``pools``: bytes to give an allocator (``method``,
     ``temp``, ``arena0``...; at most the pool's size). ``pte_offset`` / ``flip``: load the
     program from a RAM copy that many bytes past a 16-byte boundary / with that byte inverted.
-    A run that does not end within ``timeout_s`` is a FirmwareError."""
+    A run that does not end within ``timeout_s`` is a FirmwareError. ``count_instructions``:
+    QEMU's clock advances by one step per instruction (``-icount shift=0``), so each run's
+    ticks count the instructions of its execute() (``Run.instructions``)."""
     args = ["image"]
     with tempfile.TemporaryDirectory(prefix="ethosu_ng_fw_") as tmp:
         if inputs is not None:
@@ -515,13 +534,17 @@ def run_image(
             "-kernel",
             str(image.elf),
         ]
+        if count_instructions:
+            cmd[1:1] = ["-icount", "shift=0"]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
         except subprocess.TimeoutExpired:
             raise FirmwareError(
                 f"image {image.name} did not finish within {timeout_s:g} s under QEMU"
             ) from None
-    return parse_run(p.stdout + p.stderr, p.returncode)
+    run = parse_run(p.stdout + p.stderr, p.returncode)
+    run.counted = count_instructions
+    return run
 
 
 def parse_run(log: str, exit_code: int) -> Run:
@@ -537,6 +560,14 @@ def parse_run(log: str, exit_code: int) -> Run:
             while len(run.outputs) <= r:
                 run.outputs.append([])
             run.outputs[r].append(bytes.fromhex(m.group(3)))
+            continue
+        m = re.fullmatch(r"run (\d+) ticks (\d+)", body)
+        if m:
+            run.ticks.append(int(m.group(2)))
+            continue
+        m = re.fullmatch(r"calibration instructions (\d+) ticks (\d+)", body)
+        if m:
+            run.calibration = (int(m.group(1)), int(m.group(2)))
             continue
         m = re.fullmatch(r"pool (\w+) used (\d+) given (\d+) size (\d+)", body)
         if m:

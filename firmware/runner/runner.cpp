@@ -16,6 +16,10 @@
 //                  boundary instead of from its place in the image
 //   flip=OFFSET    with a RAM copy: invert the byte at OFFSET of the program
 // Output lines start with "ethosu_ng_fw: "; the last is "OK" or "ERROR ...".
+// Each run's output lines are followed by "run R ticks T": SysTick ticks over its execute();
+// "calibration instructions N ticks T" gives the ticks of a loop of N instructions. Under
+// `qemu-system-arm -icount shift=0` ticks are proportional to instructions executed (QEMU's
+// timing is otherwise no measure of the M55, ../firmware/README.md).
 // Exit codes: 0 OK, 1 a runtime error, 2 a bad command line or input file,
 // 3 a CPU fault (startup.c), 4 an ExecuTorch abort (pal.cpp).
 #include <cstdio>
@@ -51,6 +55,8 @@ using executorch::runtime::Result;
 using executorch::runtime::Span;
 
 extern "C" unsigned long ethosu_ng_fw_npu_invocations(void);
+extern "C" void ethosu_ng_fw_ticks_start(void);
+extern "C" uint64_t ethosu_ng_fw_ticks(void);
 extern "C" void ethosu_ng_fw_npu_model_arena(unsigned long* peak, unsigned long* size);
 
 namespace {
@@ -181,6 +187,14 @@ void print_pool(const char* name, size_t used, size_t given, size_t size) {
       static_cast<unsigned long>(size));
 }
 
+// Ticks of a loop of exactly `instructions` instructions (subs + bne per iteration).
+uint64_t calibration_ticks(uint32_t instructions) {
+  uint32_t n = instructions / 2;
+  const uint64_t t0 = ethosu_ng_fw_ticks();
+  __asm volatile("1: subs %0, %0, #1\n bne 1b" : "+r"(n) : : "cc");
+  return ethosu_ng_fw_ticks() - t0;
+}
+
 int run() {
   static char cmdline[512];
   const char* input_path = nullptr;
@@ -250,6 +264,11 @@ int run() {
   }
 
   executorch::runtime::runtime_init();
+  ethosu_ng_fw_ticks_start();
+  constexpr uint32_t kCalibrationInstructions = 4000000;
+  std::printf("ethosu_ng_fw: calibration instructions %lu ticks %llu\n",
+              static_cast<unsigned long>(kCalibrationInstructions),
+              static_cast<unsigned long long>(calibration_ticks(kCalibrationInstructions)));
   if (g_fast.size > 0) {
     ethosu_ng_set_fast_scratch(g_fast.base, g_fast.given);
   }
@@ -342,7 +361,9 @@ int run() {
     if (!got_all || (in == nullptr && runs == 1)) {
       break;
     }
+    const uint64_t t0 = ethosu_ng_fw_ticks();
     const Error e = method->execute();
+    const uint64_t ticks = ethosu_ng_fw_ticks() - t0;
     if (e != Error::Ok) {
       print_pool("temp", temp_alloc.peak(), g_temp.given, g_temp.size);
       return fail("execute", e, temp_alloc.failed() ? " (temp allocator exhausted)" : "");
@@ -361,6 +382,7 @@ int run() {
       }
       std::printf("\n");
     }
+    std::printf("ethosu_ng_fw: run %lu ticks %llu\n", runs, static_cast<unsigned long long>(ticks));
   }
   if (in != nullptr) {
     std::fclose(in);

@@ -27,10 +27,15 @@ extern int main(void);
 #define SCB_MMFAR REG32(0xE000ED34u)
 #define SCB_BFAR REG32(0xE000ED38u)
 #define SCB_CPACR REG32(0xE000ED88u)
+#define SYST_CSR REG32(0xE000E010u)
+#define SYST_RVR REG32(0xE000E014u)
+#define SYST_CVR REG32(0xE000E018u)
+#define SYST_RELOAD 0xFFFFFFu
 
 void Reset_Handler(void);
 void Fault_Handler(void);
 void Unexpected_Handler(void);
+void SysTick_Handler(void);
 
 // -nostartfiles: no crti/crtn, so __libc_init_array's _init/_fini are ours;
 // static destructors register through __aeabi_atexit with __dso_handle.
@@ -54,8 +59,36 @@ __attribute__((section(".vectors"), used)) static void (*const vectors[])(void) 
     Unexpected_Handler, /* DebugMonitor */
     0,
     Unexpected_Handler, /* PendSV */
-    Unexpected_Handler, /* SysTick */
+    SysTick_Handler,
 };
+
+// A 64-bit tick count: SysTick (24 bits, processor clock) plus its wraps. Under QEMU with
+// `-icount shift=0` the processor clock is QEMU's virtual clock, which advances by a fixed step
+// per executed instruction, so ticks count instructions (the runner calibrates the ratio).
+static volatile uint32_t systick_wraps;
+
+void SysTick_Handler(void) {
+  ++systick_wraps;
+}
+
+void ethosu_ng_fw_ticks_start(void) {
+  SYST_RVR = SYST_RELOAD;
+  SYST_CVR = 0;
+  systick_wraps = 0;
+  SYST_CSR = 7u; /* processor clock, interrupt on wrap, enabled */
+  while (SYST_CVR == 0) {
+    /* the counter loads its reload value on its first tick; read before that, it is 0 */
+  }
+}
+
+uint64_t ethosu_ng_fw_ticks(void) {
+  uint32_t wraps, value;
+  do { /* a wrap between the two reads would pair the old count with the new value */
+    wraps = systick_wraps;
+    value = SYST_CVR;
+  } while (wraps != systick_wraps);
+  return (uint64_t)wraps * (SYST_RELOAD + 1u) + (SYST_RELOAD - value);
+}
 
 void Reset_Handler(void) {
   // CP10/CP11 (FPU and MVE) full access before any FP or vector instruction.
