@@ -117,7 +117,10 @@ def _cpu_s() -> float:
     return t.user + t.system + t.children_user + t.children_system + vela_process.cpu_seconds()
 
 
-def lower_upstream(ep, target, force_cpu):
+def lower_upstream(ep, target, force_cpu, tosa_by_blob=None):
+    """``tosa_by_blob``: a dict to fill with each delegate's processed bytes -> the TOSA graph
+    Vela compiled them from, so the program can be run on the TOSA reference model
+    (``run_on_tosa_reference``)."""
     from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
     from executorch.backends.arm.ethosu.backend import EthosUBackend
     from executorch.exir import to_edge_transform_and_lower
@@ -141,7 +144,10 @@ def lower_upstream(ep, target, force_cpu):
 
     def capture(tosa_flatbuffer, compile_spec):
         captured.append(bytes(tosa_flatbuffer))
-        return compile_flatbuffer(tosa_flatbuffer, compile_spec)
+        result = compile_flatbuffer(tosa_flatbuffer, compile_spec)
+        if tosa_by_blob is not None:
+            tosa_by_blob[bytes(result.processed_bytes)] = captured[-1]
+        return result
 
     EthosUBackend._compile_tosa_flatbuffer = staticmethod(capture)
     spec = EthosUCompileSpec(target)
@@ -164,6 +170,30 @@ def lower_upstream(ep, target, force_cpu):
         summaries.append(r.summary)
         layers += module_profile.attribute(r.layers, tosa_ops(tosa), [])
     return edge, t, summaries, module_profile.data_movement(layers)
+
+
+def run_on_tosa_reference(edge, tosa_by_blob, inputs):
+    """Run upstream's lowered program on the host: every Ethos-U delegate call executes the TOSA
+    graph Vela compiled it from on the TOSA reference model (what our host runtime does for a
+    U85 program's embedded TOSA graph), the rest of the program eagerly."""
+    from executorch.backends.arm.ethosu import EthosUCompileSpec
+    from executorch.backends.arm.test.runner_utils import run_tosa_graph
+    from torch.overrides import TorchFunctionMode
+
+    class Dispatch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch._higher_order_ops.executorch_call_delegate:
+                lowered = args[0]
+                spec = EthosUCompileSpec._from_list(lowered.compile_specs).tosa_spec
+                out_node = lowered.original_module.graph.output_node()
+                tosa = tosa_by_blob[bytes(lowered.processed_bytes)]
+                return run_tosa_graph(tosa, spec, list(args[1:]), out_node)
+            return func(*args, **(kwargs or {}))
+
+    module = edge.exported_program().module()
+    with torch.no_grad(), Dispatch():
+        out = module(*inputs)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 def lower_ours(ep, target, force_cpu, tosa_optimize=True, embed_tosa=False):

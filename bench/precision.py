@@ -10,9 +10,11 @@ Per configuration:
 
 - ``eager SQNR``: the quantized model (after ``convert_pt2e``) against the float model on the
   test batches (``--tests``), in dB (10 log10 of signal power over error power, over all outputs);
-- ``program SQNR`` (ours only): the lowered ``.pte`` run on the host runtime (the NPU model for
-  Ethos-U55/U65 programs, the TOSA reference for U85) against the float model. Upstream's
-  ``.pte`` carries its own backend, which the host cannot run;
+- ``program SQNR``: the lowered program against the float model. Ours: the ``.pte`` on the host
+  runtime (the NPU model for Ethos-U55/U65 programs, the TOSA reference for U85). Upstream's
+  ``.pte`` carries a backend the host cannot run, so its lowered program runs with each delegate
+  call replaced by the TOSA graph Vela compiled it from, on the TOSA reference model (the same
+  stage our U85 figure is taken at);
 - partitions, CPU compute ops and Vela's NPU cycles of the lowered program.
 
 ``ours-*`` quantize with ``EthosUNGQuantizer(activation_dtype=...)``; ``upstream-*`` with
@@ -78,18 +80,27 @@ def _child(which, program_path, target, force_cpu, queue):
         import ethosu_ng.ops  # noqa: F401 - the quantized_decomposed ops the program calls
 
         ep = torch.export.load(program_path)
+        tosa_by_blob = {}
         if which == "upstream":
-            edge, t, summaries, moved = lower_upstream(ep, target, force_cpu)
+            edge, t, summaries, moved = lower_upstream(ep, target, force_cpu, tosa_by_blob)
         else:
             # The TOSA graph rides along: the host runs what the NPU model does not cover.
             edge, t, summaries, moved = lower_ours(ep, target, force_cpu, embed_tosa=True)
         metrics = measure(edge, t, summaries, moved)
+        tests = torch.load(program_path + ".test.pt")
+        if which == "upstream":
+            from compare_upstream import run_on_tosa_reference
+
+            metrics["outputs"] = [
+                o.numpy().copy()
+                for t in tests
+                for o in run_on_tosa_reference(edge, tosa_by_blob, t)
+            ]
         pte = edge.to_executorch().buffer
         metrics["pte"] = len(pte)
         if which != "upstream":
             from ethosu_ng.runtime import run_pte
 
-            tests = torch.load(program_path + ".test.pt")
             # numpy arrays travel by value: a tensor would be a file descriptor of this child,
             # gone once it exits.
             metrics["outputs"] = [o.numpy().copy() for t in tests for o in run_pte(pte, list(t))]
