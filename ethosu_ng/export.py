@@ -59,8 +59,16 @@ def lower(
     cpu_ops: Sequence = (),
     disabled_passes: Sequence[type] = (),
 ) -> Tuple[EdgeProgramManager, EthosUNGPartitioner]:
-    """Export the quantized module and lower it with EthosUNGPartitioner."""
-    ep = torch.export.export(quantized, tuple(example_inputs))
-    partitioner = EthosUNGPartitioner(spec, cpu_ops=cpu_ops, disabled_passes=disabled_passes)
-    edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
-    return edge, partitioner
+    """Export the quantized module and lower it with EthosUNGPartitioner. An op kept whole for
+    the NPU that ends on the CPU, which has no kernel for it (``PartitionReport.no_cpu_kernel``:
+    an erfinv TABLE that Vela or the verified compile failed), is lowered again pinned to the
+    CPU, where it is written in core ATen."""
+    cpu_ops = list(cpu_ops)
+    while True:
+        ep = torch.export.export(quantized, tuple(example_inputs))
+        partitioner = EthosUNGPartitioner(spec, cpu_ops=cpu_ops, disabled_passes=disabled_passes)
+        edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
+        stranded = set(partitioner.report.no_cpu_kernel.values()) - set(cpu_ops)
+        if not stranded:
+            return edge, partitioner
+        cpu_ops += sorted(stranded)

@@ -73,6 +73,10 @@ class PartitionReport:
     # node name -> why: ops moved to the CPU because Vela failed on them (culprit_search)
     compiler_fallback: Dict[str, str] = field(default_factory=dict)
     fallback_compiles: int = 0  # candidate partitions compiled to find them
+    # node name -> op: ops kept whole for the NPU that ended on the CPU, which has no kernel
+    # for them (non_core_aten_ops.KEPT_WHEN_QUANTIZED); lowering again with them in ``cpu_ops``
+    # writes them in core ATen (``ethosu_ng.export.lower`` does).
+    no_cpu_kernel: Dict[str, str] = field(default_factory=dict)
 
 
 class _PinnedToCpu(OperatorSupportBase):
@@ -317,7 +321,17 @@ class EthosUNGPartitioner(Partitioner):
                 or "not supported by the Ethos-U TOSA profile"
             )
             report.cpu_reasons[n.name] = reason
+            if op_name(n.target) in non_core_aten_ops.WITHOUT_CPU_KERNEL:
+                report.no_cpu_kernel[n.name] = op_name(n.target)
         self.report = report
+        if report.no_cpu_kernel:
+            warnings.warn(
+                f"EthosUNGPartitioner: {sorted(report.no_cpu_kernel)} "
+                f"({', '.join(sorted(set(report.no_cpu_kernel.values())))}) stay on the CPU, "
+                "which has no kernel for them; lower again with them in cpu_ops "
+                "(ethosu_ng.export.lower does) so they are written in core ATen",
+                stacklevel=2,
+            )
         if report.compiler_fallback:
             warnings.warn(
                 f"EthosUNGPartitioner: the NPU compiler failed (or its stream failed the "

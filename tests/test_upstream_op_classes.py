@@ -107,6 +107,25 @@ def test_erfinv_exports_and_runs_delegated_or_on_the_cpu(target, pinned, domain)
         assert worst <= 1, (worst, unit)
 
 
+@pytest.mark.parametrize("target", [U55, pytest.param(U85, marks=pytest.mark.slow)])
+def test_erfinv_table_the_npu_compiler_fails_runs_on_the_cpu(target, monkeypatch):
+    """An erfinv kept whole for a TABLE whose compile fails is moved to the CPU, which has no
+    erfinv kernel: it is lowered again in core ATen, and the program loads, runs and matches."""
+    from ethosu_ng.vela import compiler as vela_compiler
+    from ethosu_ng.vela.compiler import VelaError
+
+    def fails(tosa, spec, partition="delegate"):
+        raise VelaError(partition, spec.target, "planted failure", "planted")
+
+    monkeypatch.setattr(vela_compiler, "compile_tosa", fails)
+    x = torch.linspace(-0.9, 0.9, 64).reshape(1, 64)
+    with pytest.warns(UserWarning, match="no kernel"):
+        worst, unit, partitioner = _run(_Unary(torch.erfinv), (x,), target)
+    assert "aten.erfinv.default" in partitioner.cpu_ops
+    assert not partitioner.report.no_cpu_kernel
+    assert worst <= 1, (worst, unit)
+
+
 def test_erfinv_in_core_aten_matches_torch():
     """The CPU form of erfinv against torch.erfinv, over (-1.1, 1.1) with the poles: same NaN
     and infinities, finite values within 4 float32 ulps (of 2**-23 relative)."""

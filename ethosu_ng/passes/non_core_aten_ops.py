@@ -15,9 +15,10 @@ op is one of:
   ``cpu_ops``, not finite on some input code) ``DecomposeNonCoreAtenPass`` writes it in core
   ATen (``CORE_ATEN_FORMS``), as the portable library has no kernel for it.
 
-A kept node that the partition still leaves on the CPU (Vela failed on it and the fallback moved
-it) exports, but a ``KEPT_WHEN_QUANTIZED`` one has no CPU kernel: ``ethosu_ng.compile`` reports
-it as a missing kernel.
+A ``KEPT_WHEN_QUANTIZED`` node that the partition still leaves on the CPU (Vela or the
+verified compile failed on it and the fallback moved it) has no CPU kernel: the partitioner
+lists it (``PartitionReport.no_cpu_kernel``) and warns, and ``ethosu_ng.export.lower`` lowers
+again with its op in ``cpu_ops``, so this pass writes it in core ATen.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ SPELLINGS = {
 }
 KEPT_WHEN_QUANTIZED = frozenset({aten.erfinv.default})
 NON_CORE_ATEN_OPS = KEPT_WHOLE | KEPT_WHEN_QUANTIZED
+# Names of the kept ops that ExecuTorch's portable library has no kernel for.
+WITHOUT_CPU_KERNEL = frozenset(op_name(op) for op in KEPT_WHEN_QUANTIZED)
 
 
 def _erfinv(x: torch.Tensor) -> torch.Tensor:
