@@ -149,7 +149,10 @@ def rejects_arguments(spec: EthosUNGCompileSpec, node: torch.fx.Node) -> bool:
         for check in get_registered_tosa_support_checks(tosa_spec):
             if edge_op in check.targets:
                 checker = check(tosa_spec, WhyNoPartitionReporter())
-                return not checker.is_node_tosa_supported(node, tosa_spec)
+                try:
+                    return not checker.is_node_tosa_supported(node, tosa_spec)
+                except Exception:  # noqa: BLE001  (a check that cannot read the node rejects it)
+                    return True
     return False
 
 
