@@ -22,6 +22,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import torch
 
 from ethosu_ng.io_layout import Asked
+from ethosu_ng.vela import config as vela_config
 
 DEFAULT_TARGET = "ethos-u55-128"
 DTYPES = {"int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16}
@@ -111,20 +112,9 @@ def pte_sha256(pte: bytes) -> str:
 
 
 # ------------------------------------------------------------------ checks before any work
-def _vela_ini() -> str:
-    from ethosu.vela import architecture_features
-
-    root = os.path.dirname(os.path.dirname(architecture_features.__file__))
-    return os.path.join(root, "config_files", "Arm", "vela.ini")
-
-
 def vela_sections(kind: str) -> List[str]:
     """Names of Vela's ``System_Config`` or ``Memory_Mode`` sections in Arm/vela.ini."""
-    import configparser
-
-    cp = configparser.ConfigParser()
-    cp.read(_vela_ini())
-    return [s.split(".", 1)[1] for s in cp.sections() if s.startswith(kind + ".")]
+    return vela_config.sections(kind)
 
 
 def check_vela_config(spec) -> None:
@@ -215,7 +205,7 @@ def _vela_refuses(target: str, system_config: str, memory_mode: str) -> Optional
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # Vela prints "Info:" lines
             ArchitectureFeatures(
-                vela_config_files=[_vela_ini()],
+                vela_config_files=[vela_config.vela_ini()],
                 system_config=system_config,
                 memory_mode=memory_mode,
                 accelerator_config=target,
@@ -675,7 +665,7 @@ def verify(
     from ethosu_ng.blob import DelegateBlob
     from ethosu_ng.compile_spec import BACKEND_ID
     from ethosu_ng.io_quantization import io_quantization
-    from ethosu_ng.runtime import default_npu_for, run_pte
+    from ethosu_ng.runtime import default_npu_for, load_pte, run_pte
 
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n={n!r}: at least 1 input batch")
@@ -721,6 +711,7 @@ def verify(
         g = torch.Generator().manual_seed(1234)
         inputs = [tuple(torch.randn(e.shape, generator=g) for e in x) for _ in range(n)]
     result = VerifyResult(chosen, float(lsb_budget))
+    host = load_pte(pte).method()
     agree = 0
     classifier = False
     for batch in inputs:
@@ -734,7 +725,8 @@ def verify(
             raise ValueError(
                 f"an input batch has {len(batch)} tensors, the program takes {len(ioq.inputs)}"
             )
-        fed = [io.quantize(t) for io, t in zip(ioq.inputs, batch)]
+        # Logical tensors, laid out as the program takes its inputs (its IO contract).
+        fed = host.lay_out([io.quantize(t) for io, t in zip(ioq.inputs, batch)])
         got = run_pte(pte, fed, npu="model" if chosen == "both" else chosen)
         if chosen == "both":
             ref = run_pte(pte, fed, npu="tosa")

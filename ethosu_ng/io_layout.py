@@ -167,11 +167,11 @@ def check_program_layouts(
                 )
 
 
-def io_transposes(delegate: Dict[str, Any]) -> Dict[str, int]:
-    """NPU cycles of the transposes a report delegate spends on its IO: the Transpose layers
-    before its first computing layer when a rank-4 input is NCHW, and after its last when a
-    rank-4 output is NCHW (where upstream's lowering puts the NCHW <-> NHWC conversion)."""
-    layers = delegate.get("layers") or []
+def edge_transposes(layers: Sequence[Dict[str, Any]]) -> Dict[str, int]:
+    """NPU cycles of the Transpose layers before a delegate's first computing layer (``input``)
+    and after its last (``output``), whatever its IO layout: where upstream's lowering puts the
+    NCHW <-> NHWC conversion of the delegate's IO. ``layers``: attributed Vela layers
+    (``module_profile.attribute``), in command-stream order."""
     computing = [k for k, layer in enumerate(layers) if not layer.get("data_movement_kind")]
 
     def cycles(span) -> int:
@@ -181,12 +181,20 @@ def io_transposes(delegate: Dict[str, Any]) -> Dict[str, int]:
             if layers[k].get("data_movement_kind") == "Transpose"
         )
 
+    first = computing[0] if computing else len(layers)
+    last = computing[-1] if computing else len(layers)
+    return {"input": cycles(range(first)), "output": cycles(range(last + 1, len(layers)))}
+
+
+def io_transposes(delegate: Dict[str, Any]) -> Dict[str, int]:
+    """NPU cycles a report delegate spends transposing its NCHW IO: ``edge_transposes`` of its
+    layers, counted on the side that has a rank-4 NCHW tensor."""
+
     def nchw(specs) -> bool:
         return any(len(s["shape"]) == 4 and layout_of(s["dim_order"]) == "nchw" for s in specs)
 
-    first = computing[0] if computing else len(layers)
-    last = computing[-1] if computing else len(layers)
+    edges = edge_transposes(delegate.get("layers") or [])
     return {
-        "input": cycles(range(first)) if nchw(delegate.get("inputs", [])) else 0,
-        "output": cycles(range(last + 1, len(layers))) if nchw(delegate.get("outputs", [])) else 0,
+        "input": edges["input"] if nchw(delegate.get("inputs", [])) else 0,
+        "output": edges["output"] if nchw(delegate.get("outputs", [])) else 0,
     }

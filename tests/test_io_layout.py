@@ -8,11 +8,14 @@ one-line error naming the tensor; camera bytes (uint8, HWC) run as they are."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ethosu_ng
 from ethosu_ng import io_layout
@@ -55,6 +58,7 @@ def test_nhwc_io_removes_the_npu_transposes(feature_maps):
     cost = io_layout.io_transposes(d_nchw)
     assert cost["input"] > 0 and cost["output"] > 0  # the premise: NCHW IO costs transposes
     assert io_layout.io_transposes(d_nhwc) == {"input": 0, "output": 0}
+    assert io_layout.edge_transposes(d_nhwc["layers"]) == {"input": 0, "output": 0}
     assert not any(
         layer.get("data_movement_kind") == "Transpose" and layer["npu_cycles"]
         for layer in d_nhwc["layers"]
@@ -178,7 +182,8 @@ def test_nhwc_output_of_an_nchw_program(feature_maps):
         models.feature_map, input_dtype="int8", output_dtype="int8", output_layout="nhwc"
     )
     (d,) = out_only.report["delegates"]
-    assert io_layout.io_transposes(d)["output"] == 0
+    # Counted whatever the IO layout: no Transpose after the last computing layer.
+    assert io_layout.edge_transposes(d["layers"])["output"] == 0
     assert io_layout.io_transposes(d)["input"] > 0  # the input stays NCHW, as asked
     assert _blob(out_only).outputs[0].dim_order == (0, 2, 3, 1)
     x = torch.randint(-128, 128, (1, 3, 32, 32), generator=torch.Generator().manual_seed(9))
@@ -186,3 +191,69 @@ def test_nhwc_output_of_an_nchw_program(feature_maps):
     (a,) = run_pte(nchw.pte, [x])
     (b,) = run_pte(out_only.pte, [x])
     assert b.is_contiguous(memory_format=torch.channels_last) and torch.equal(a, b)
+
+
+def test_runtime_refuses_data_in_the_other_layout(feature_maps):
+    """The host runtime checks what it is fed: planar bytes for the NHWC program (or
+    interleaved ones for the NCHW program) are a one-line error naming the input, before
+    anything runs, where ExecuTorch alone would copy the bytes and misread them."""
+    from ethosu_ng.runtime import delegate_invocations, run_pte
+
+    nchw, nhwc = feature_maps
+    x = torch.randint(-128, 128, (1, 3, 32, 32), generator=torch.Generator().manual_seed(2))
+    x = x.to(torch.int8)
+    calls = delegate_invocations()
+    with pytest.raises(io_layout.LayoutError) as e:
+        run_pte(nhwc.pte, [x])
+    assert str(e.value).startswith(
+        "input 0: a tensor laid out nchw [0, 1, 2, 3], the program takes nhwc [0, 2, 3, 1]; "
+    )
+    assert "\n" not in str(e.value)
+    with pytest.raises(
+        io_layout.LayoutError, match=r"^input 0: .* nhwc .*, the program takes nchw"
+    ):
+        run_pte(nchw.pte, [x.contiguous(memory_format=torch.channels_last)])
+    assert delegate_invocations() == calls  # refused before the delegate ran
+
+
+ORDERS = list(itertools.permutations(range(4)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.tuples(*[st.integers(1, 4)] * 4),
+    got=st.sampled_from(ORDERS),
+    want=st.sampled_from(ORDERS),
+    index=st.integers(0, 2),
+)
+def test_input_layout_check_over_shapes_and_orders(shape, got, want, index):
+    """Over shapes (size-1 dims included) and every pair of rank-4 dim orders: a tensor dense in
+    the program's order goes in as it is; one dense only in another order is a LayoutError
+    naming its index and both layouts; a view dense in no order is copied into the program's."""
+    from ethosu_ng.runtime import _dense_in, _dense_order, check_input_layouts, to_dim_order
+
+    t = to_dim_order(torch.arange(int(torch.tensor(shape).prod())).reshape(shape), got)
+    inputs = [torch.zeros(2)] * index + [t]
+    orders = [(0,)] * index + [want]
+    if _dense_in(t, want):
+        assert check_input_layouts(inputs, orders)[index] is t
+    else:
+        with pytest.raises(io_layout.LayoutError) as e:
+            check_input_layouts(inputs, orders)
+        msg = str(e.value)
+        assert msg.startswith(f"input {index}: a tensor laid out ") and "\n" not in msg
+        assert f"the program takes {io_layout.layout_of(want) or 'dim order'} {list(want)}" in msg
+    wide = to_dim_order(torch.randn(shape[0], shape[1], shape[2], shape[3] + 1), got)
+    view = wide[..., 1:]  # a slice: dense in no order unless W is outermost or alone
+    if _dense_order(view) is None:
+        (laid,) = check_input_layouts([view], [want])
+        assert _dense_in(laid, want) and torch.equal(laid, view)
+
+
+def test_a_slice_has_no_layout_and_is_copied():
+    from ethosu_ng.runtime import _dense_in, _dense_order, check_input_layouts
+
+    view = torch.randn(1, 3, 4, 6)[..., 1:]
+    assert _dense_order(view) is None
+    (laid,) = check_input_layouts([view], [(0, 2, 3, 1)])
+    assert _dense_in(laid, (0, 2, 3, 1)) and torch.equal(laid, view)

@@ -125,18 +125,25 @@ def test_conv_contiguous_matches_tosa_and_eager(conv):
 
 
 def test_conv_contiguous_program_fed_channels_last(conv):
-    """executorch.runtime copies input storage as is; run_pte lays the input out the way the
-    program planned it, so a channels-last tensor gives the same answer as a contiguous one."""
+    """executorch.runtime copies input storage as is (as Method::set_input does on the device):
+    a channels-last tensor fed to a contiguous program is a one-line error naming the input;
+    laid out as the program takes it (``lay_out``), it gives the contiguous tensor's answer."""
+    from ethosu_ng.io_layout import LayoutError
+
     for feed in conv.feeds:
         cl = [t.to(memory_format=torch.channels_last) for t in feed]
         assert not cl[0].is_contiguous()
-        got = ngrt.run_pte(conv.pte, cl, npu="tosa")
+        with pytest.raises(LayoutError, match=r"^input 0: .* nhwc .*, the program takes nchw "):
+            ngrt.run_pte(conv.pte, cl, npu="tosa")
+        got = ngrt.run_pte(conv.pte, ngrt.load_pte(conv.pte).method().lay_out(cl), npu="tosa")
         want = ngrt.run_pte(conv.pte, [t.contiguous() for t in feed], npu="tosa")
         assert torch.equal(got[0], want[0])
         _lsb_ok(got[0], conv.eager(feed)[0], conv.blobs[0].outputs[0])
 
 
 def test_conv_channels_last_delegate(conv_cl):
+    from ethosu_ng.io_layout import LayoutError
+
     blob = conv_cl.blobs[0]
     # The premise: the NPU reads and writes NHWC, so the C++ layout copies do real work.
     assert blob.inputs[0].dim_order == (0, 2, 3, 1)
@@ -149,9 +156,9 @@ def test_conv_channels_last_delegate(conv_cl):
         assert got[0].is_contiguous(memory_format=torch.channels_last)
         assert torch.equal(got[0], tosa_ref[0])  # bit for bit
         _lsb_ok(got[0], conv_cl.eager(feed)[0], blob.outputs[0])
-        # Contiguous data into the channels-last program: same logical result.
-        again = ngrt.run_pte(conv_cl.pte, [t.contiguous() for t in feed], npu="tosa")
-        assert torch.equal(again[0], got[0])
+        # Contiguous data into the channels-last program: refused, naming the input.
+        with pytest.raises(LayoutError, match=r"^input 0: .* nchw .*, the program takes nhwc "):
+            ngrt.run_pte(conv_cl.pte, [t.contiguous() for t in feed], npu="tosa")
 
 
 def _images(n, seed, channels_last=False):

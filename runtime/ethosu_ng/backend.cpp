@@ -99,6 +99,23 @@ bool same_shape(const Tensor& t, const IoEntry& e) {
   return true;
 }
 
+// Does the tensor's dim order name a permutation of its dims whose dense
+// strides are the tensor's?
+bool laid_out_as_its_dim_order(const Tensor& t) {
+  const int rank = static_cast<int>(t.dim());
+  if (rank > kLayoutMaxRank || t.dim_order().size() != static_cast<size_t>(rank) ||
+      t.strides().size() != static_cast<size_t>(rank)) {
+    return false;
+  }
+  int64_t sizes[kLayoutMaxRank];
+  int64_t strides[kLayoutMaxRank];
+  for (int i = 0; i < rank; ++i) {
+    sizes[i] = t.size(i);
+    strides[i] = t.strides()[i];
+  }
+  return dense_in(rank, sizes, strides, t.dim_order().data());
+}
+
 // Checks one delegate argument against its IO entry before the NPU runs.
 // Outputs with a dynamic shape are resized to the entry's shape when they
 // differ; a static output must already match.
@@ -198,6 +215,28 @@ Error check_arg(
         static_cast<unsigned long>(index),
         static_cast<unsigned long>(t.strides().size()),
         e.rank);
+    return Error::InvalidArgument;
+  }
+  // The tensor's dim order is the program's (Method::set_input keeps it
+  // whatever the caller's layout; check_input_layout is the check on that).
+  // It may differ from the blob's, which is the NPU buffer's order: the layout
+  // copy converts by the strides, so they must be the ones the dim order says.
+  if (!laid_out_as_its_dim_order(t)) {
+    char order_s[40];
+    char npu_s[40];
+    ET_LOG(
+        Error,
+        "EthosUNGBackend: %s %lu: strides %s contradict its dim order (%s); "
+        "the NPU buffer is %s",
+        kind,
+        static_cast<unsigned long>(index),
+        shape_str(got_s, sizeof(got_s), t.strides().data(), t.dim()),
+        layout_name(
+            order_s,
+            sizeof(order_s),
+            t.dim_order().data(),
+            static_cast<int>(t.dim_order().size())),
+        layout_name(npu_s, sizeof(npu_s), e.dim_order, e.rank));
     return Error::InvalidArgument;
   }
   return Error::Ok;
@@ -404,6 +443,53 @@ class EthosUNGBackend final : public BackendInterface {
 };
 
 } // namespace
+
+Error check_tensor_layout(
+    const char* kind,
+    size_t index,
+    const Tensor& t,
+    const uint8_t* want_dim_order,
+    int want_rank) {
+  const Error err = check_dim_order(
+      kind,
+      index,
+      want_dim_order,
+      want_rank,
+      t.dim_order().data(),
+      static_cast<int>(t.dim_order().size()));
+  if (err != Error::Ok) {
+    return err;
+  }
+  if (!laid_out_as_its_dim_order(t)) {
+    char order_s[40];
+    ET_LOG(
+        Error,
+        "ethosu_ng: %s %lu: its strides contradict its dim order (%s)",
+        kind,
+        static_cast<unsigned long>(index),
+        layout_name(
+            order_s,
+            sizeof(order_s),
+            t.dim_order().data(),
+            static_cast<int>(t.dim_order().size())));
+    return Error::InvalidArgument;
+  }
+  return Error::Ok;
+}
+
+Error check_input_layout(
+    const executorch::runtime::MethodMeta& meta,
+    size_t index,
+    const Tensor& input) {
+  executorch::runtime::Result<executorch::runtime::TensorInfo> info =
+      meta.input_tensor_meta(index);
+  if (!info.ok()) {
+    return info.error();
+  }
+  const Span<const uint8_t> want = info->dim_order();
+  return check_tensor_layout(
+      "input", index, input, want.data(), static_cast<int>(want.size()));
+}
 
 BackendInterface& backend_instance() {
   static EthosUNGBackend backend;

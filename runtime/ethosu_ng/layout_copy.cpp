@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include <ethosu_ng/layout_copy.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include <executorch/runtime/platform/log.h>
@@ -420,6 +421,73 @@ Error copy_from_dim_order(
   }
   return strided_copy(
       dst, dst_strides, src, src_strides, sizes, rank, elem_size);
+}
+
+const char* layout_name(char* buf, size_t cap, const uint8_t* dim_order, int rank) {
+  static const uint8_t kNchw[4] = {0, 1, 2, 3};
+  static const uint8_t kNhwc[4] = {0, 2, 3, 1};
+  if (cap == 0) {
+    return buf;
+  }
+  if (rank < 0 || rank > kLayoutMaxRank) {
+    std::snprintf(buf, cap, "not a dim order (rank %d)", rank);
+    return buf;
+  }
+  if (rank == 4 && std::memcmp(dim_order, kNchw, 4) == 0) {
+    std::snprintf(buf, cap, "nchw");
+    return buf;
+  }
+  if (rank == 4 && std::memcmp(dim_order, kNhwc, 4) == 0) {
+    std::snprintf(buf, cap, "nhwc");
+    return buf;
+  }
+  int n = std::snprintf(buf, cap, "dim order ");
+  size_t pos = n > 0 ? static_cast<size_t>(n) : 0;
+  for (int i = 0; i < rank && pos < cap; ++i) {
+    n = std::snprintf(buf + pos, cap - pos, i == 0 ? "%u" : ",%u", static_cast<unsigned>(dim_order[i]));
+    pos += n > 0 ? static_cast<size_t>(n) : 0;
+  }
+  return buf;
+}
+
+bool dense_in(
+    int rank,
+    const int64_t* sizes,
+    const int64_t* strides,
+    const uint8_t* dim_order) {
+  int64_t dense[kLayoutMaxRank];
+  if (!dense_strides(rank, sizes, dim_order, dense)) {
+    return false;
+  }
+  for (int i = 0; i < rank; ++i) {
+    if (sizes[i] != 1 && strides[i] != dense[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Error check_dim_order(
+    const char* kind,
+    size_t index,
+    const uint8_t* want,
+    int want_rank,
+    const uint8_t* got,
+    int got_rank) {
+  if (want_rank == got_rank && want_rank >= 0 && want_rank <= kLayoutMaxRank &&
+      std::memcmp(want, got, static_cast<size_t>(want_rank)) == 0) {
+    return Error::Ok;
+  }
+  char want_s[40];
+  char got_s[40];
+  ET_LOG(
+      Error,
+      "ethosu_ng: %s %lu: laid out %s, the program takes %s",
+      kind,
+      static_cast<unsigned long>(index),
+      layout_name(got_s, sizeof(got_s), got, got_rank),
+      layout_name(want_s, sizeof(want_s), want, want_rank));
+  return Error::InvalidArgument;
 }
 
 } // namespace ethosu_ng

@@ -65,4 +65,29 @@ Error copy_from_dim_order(
     int rank,
     size_t elem_size);
 
+// The layout of a dim order, into buf: "nchw" or "nhwc" for those rank-4
+// orders, otherwise the order itself ("dim order 1,0"); "not a dim order" for
+// a rank out of range (truncated, always terminated).
+const char* layout_name(char* buf, size_t cap, const uint8_t* dim_order, int rank);
+
+// Is a tensor of `sizes` with `strides` (in elements) laid out densely in
+// `dim_order`, which must be a permutation of [0, rank)? Size-1 dims may have
+// any stride (they address nothing).
+bool dense_in(
+    int rank,
+    const int64_t* sizes,
+    const int64_t* strides,
+    const uint8_t* dim_order);
+
+// Ok when `got` is the dim order `want`; otherwise logs one line naming
+// `<kind> <index>`, the layout it has and the one it must have, and returns
+// InvalidArgument. `kind` is e.g. "input".
+Error check_dim_order(
+    const char* kind,
+    size_t index,
+    const uint8_t* want,
+    int want_rank,
+    const uint8_t* got,
+    int got_rank);
+
 } // namespace ethosu_ng

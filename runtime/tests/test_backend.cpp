@@ -2,6 +2,7 @@
 // EthosUNGBackend with a fake NpuDriver: registration, init, the layout
 // copies around the driver, and every argument mismatch rejected with an
 // Error before the driver runs.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -427,6 +428,51 @@ void test_huge_dynamic_output() {
 
 } // namespace
 
+// A tensor whose strides are not those of its dim order is refused before the
+// NPU (the layout copy reads by strides, so the bytes would be read in a layout
+// the tensor does not claim); the application-side check names a tensor whose
+// dim order is not the program's.
+void test_dim_order_checks() {
+  Fixture f(conv_like());
+  CHECK(f.init() == Error::Ok);
+  TestTensor out(ScalarType::Char, {1, 3, 4, 5}, {0, 2, 3, 1});
+  const int calls = g_driver.calls;
+  {
+    TestTensor in(ScalarType::Char, {1, 3, 4, 5}, {0, 2, 3, 1});
+    const std::vector<int32_t> planar = TestTensor::dense(in.sizes, TestTensor::contiguous(4));
+    std::copy(planar.begin(), planar.end(), in.strides.begin()); // claims NHWC, strided NCHW
+    CHECK(f.execute({&in.value, &out.value}) == Error::InvalidArgument);
+  }
+  {
+    TestTensor in(ScalarType::Char, {1, 3, 4, 5});
+    in.order[2] = 1; // {0, 1, 1, 3}: not a permutation
+    CHECK(f.execute({&in.value, &out.value}) == Error::InvalidArgument);
+  }
+  {
+    TestTensor in(ScalarType::Char, {1, 3, 4, 5});
+    TestTensor bad_out(ScalarType::Char, {1, 3, 4, 5}, {0, 2, 3, 1});
+    bad_out.strides[1] = 2; // channel stride 2: not dense in NHWC
+    CHECK(f.execute({&in.value, &bad_out.value}) == Error::InvalidArgument);
+  }
+  CHECK(g_driver.calls == calls); // all refused before the NPU
+  // Either consistent layout still runs (the copy converts to the NPU's).
+  TestTensor planar_in(ScalarType::Char, {1, 3, 4, 5});
+  CHECK(f.execute({&planar_in.value, &out.value}) == Error::Ok);
+
+  const uint8_t nhwc[4] = {0, 2, 3, 1};
+  const uint8_t nchw[4] = {0, 1, 2, 3};
+  TestTensor cl(ScalarType::Char, {1, 3, 4, 5}, {0, 2, 3, 1});
+  TestTensor planar(ScalarType::Char, {1, 3, 4, 5});
+  CHECK(ethosu_ng::check_tensor_layout("input", 0, cl.tensor, nhwc, 4) == Error::Ok);
+  CHECK(ethosu_ng::check_tensor_layout("input", 0, planar.tensor, nchw, 4) == Error::Ok);
+  CHECK(ethosu_ng::check_tensor_layout("input", 0, planar.tensor, nhwc, 4) ==
+        Error::InvalidArgument);
+  CHECK(ethosu_ng::check_tensor_layout("input", 1, cl.tensor, nchw, 4) == Error::InvalidArgument);
+  CHECK(ethosu_ng::check_tensor_layout("input", 0, cl.tensor, nhwc, 3) == Error::InvalidArgument);
+  cl.strides[3] = 1; // claims NHWC, strides no longer dense in it
+  CHECK(ethosu_ng::check_tensor_layout("input", 0, cl.tensor, nhwc, 4) == Error::InvalidArgument);
+}
+
 int main() {
   executorch::runtime::runtime_init();
   test_registration();
@@ -438,5 +484,6 @@ int main() {
   test_fast_scratch();
   test_multi_io();
   test_huge_dynamic_output();
+  test_dim_order_checks();
   return harness::finish("test_backend");
 }

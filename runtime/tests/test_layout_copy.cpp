@@ -239,10 +239,53 @@ void test_edges() {
 
 } // namespace
 
+// The IO layout checks: names, density, and the dim-order comparison.
+void test_layout_checks() {
+  using ethosu_ng::check_dim_order;
+  using ethosu_ng::dense_in;
+  using ethosu_ng::layout_name;
+  const uint8_t nchw[4] = {0, 1, 2, 3};
+  const uint8_t nhwc[4] = {0, 2, 3, 1};
+  const uint8_t not_perm[4] = {0, 2, 2, 1};
+  const uint8_t two[2] = {1, 0};
+  char buf[40];
+  CHECK(std::strcmp(layout_name(buf, sizeof(buf), nchw, 4), "nchw") == 0);
+  CHECK(std::strcmp(layout_name(buf, sizeof(buf), nhwc, 4), "nhwc") == 0);
+  CHECK(std::strcmp(layout_name(buf, sizeof(buf), two, 2), "dim order 1,0") == 0);
+  CHECK(std::strcmp(layout_name(buf, sizeof(buf), nchw, 3), "dim order 0,1,2") == 0);
+  CHECK(std::strcmp(layout_name(buf, sizeof(buf), nchw, 7), "not a dim order (rank 7)") == 0);
+  char tiny[5];
+  CHECK(std::strlen(layout_name(tiny, sizeof(tiny), two, 2)) == 4); // truncated, terminated
+
+  const int64_t sizes[4] = {1, 3, 4, 5};
+  const int64_t planar[4] = {60, 20, 5, 1};
+  const int64_t interleaved[4] = {60, 1, 15, 3};
+  CHECK(dense_in(4, sizes, planar, nchw));
+  CHECK(!dense_in(4, sizes, planar, nhwc));
+  CHECK(dense_in(4, sizes, interleaved, nhwc));
+  CHECK(!dense_in(4, sizes, interleaved, nchw));
+  CHECK(!dense_in(4, sizes, planar, not_perm));
+  const int64_t padded[4] = {80, 20, 5, 1}; // batch stride padded: N is 1, any stride
+  CHECK(dense_in(4, sizes, padded, nchw));
+  const int64_t row_padded[4] = {60, 24, 6, 1};
+  CHECK(!dense_in(4, sizes, row_padded, nchw));
+  const int64_t one_c[4] = {1, 1, 4, 5};
+  const int64_t one_c_strides[4] = {20, 20, 5, 1}; // C = 1: planar is interleaved too
+  CHECK(dense_in(4, one_c, one_c_strides, nchw) && dense_in(4, one_c, one_c_strides, nhwc));
+
+  CHECK(check_dim_order("input", 0, nhwc, 4, nhwc, 4) == Error::Ok);
+  CHECK(check_dim_order("input", 0, nhwc, 4, nchw, 4) == Error::InvalidArgument);
+  CHECK(check_dim_order("output", 2, nchw, 4, nhwc, 4) == Error::InvalidArgument);
+  CHECK(check_dim_order("input", 0, nchw, 4, nchw, 3) == Error::InvalidArgument);
+  CHECK(check_dim_order("input", 0, two, 2, two, 2) == Error::Ok);
+  CHECK(check_dim_order("input", 0, nchw, 9, nchw, 9) == Error::InvalidArgument);
+}
+
 int main() {
   executorch::runtime::runtime_init();
   test_all_orders();
   test_edges();
+  test_layout_checks();
   std::printf("layout copy: %d cases\n", g_cases);
   return harness::finish("test_layout_copy");
 }
