@@ -130,6 +130,17 @@ def test_an_operator_without_any_kernel_fails_the_build_naming_it(tmp_path):
         firmware.generate_kernels(et, ["aten::no_such_op.out"], tmp_path)
 
 
+@pytest.mark.parametrize("fn", ["tanh_out", "sqrt_out", "logical_not_out", "add_out"])
+def test_kernels_defined_by_macros_are_found_with_their_pattern_sources(fn):
+    """tanh, sqrt, logical_not... are defined by a DEFINE_UNARY_UFUNC_* macro whose body lives
+    in kernels/portable/cpu/pattern/: a program calling them must get both sources."""
+    et = firmware.executorch_tree()
+    files = [f.name for f in firmware._kernel_files(et, [fn])]
+    assert f"op_{fn[: -len('_out')]}.cpp" in files, files
+    uses_pattern = "pattern/pattern.h" in (et / "kernels/portable/cpu" / files[0]).read_text()
+    assert any(f.startswith("unary_ufunc") for f in files) == uses_pattern, files
+
+
 @pytest.fixture(scope="module")
 def cnn_image():
     pte = _program("cnn", "ethos-u55-128")

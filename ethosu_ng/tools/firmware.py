@@ -222,12 +222,18 @@ def _kernel_files(et: Path, functions: Sequence[str]) -> List[Path]:
         (et / "kernels" / "quantized" / "cpu").glob("*.cpp")
     )
     texts = {f: f.read_text() for f in files}
+    # The unary ufunc kernels are defined by a macro whose bodies live in pattern/*.cpp.
+    patterns = sorted((et / "kernels" / "portable" / "cpu" / "pattern").glob("*.cpp"))
     out: List[Path] = []
     for fn in functions:
-        pat = re.compile(r"&\s*" + re.escape(fn) + r"\s*\(")
+        pat = re.compile(
+            r"&\s*" + re.escape(fn) + r"\s*\(|\bDEFINE_\w+\(\s*" + re.escape(fn) + r"\s*,"
+        )
         hits = [f for f, t in texts.items() if pat.search(t)]
         if not hits:
             raise FirmwareError(f"kernel function {fn}: no source under {et}/kernels defines it")
+        if any("pattern/pattern.h" in texts[h] for h in hits):
+            hits += patterns
         out += [h for h in hits if h not in out]
     return out
 
