@@ -16,8 +16,9 @@ import os
 import pytest
 import torch
 from _pte import CrossCheckedMethod
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from seed_property import NPU_DEVIATION
 from torch import nn
 
 from ethosu_ng import EthosUNGCompileSpec
@@ -498,7 +499,6 @@ def test_tolerance_by_output_kind(kind, shape, off, where):
     integer (no scale: a shift, an index, a count) has no grid step to be off by, so any
     difference is a deviation, as is 2 LSB anywhere."""
     from concurrent.futures import Future
-    from types import SimpleNamespace
 
     from ethosu_ng.compiler import verify_lowering
     from ethosu_ng.compiler.verify_lowering import LoweringDeviation
@@ -520,11 +520,205 @@ def test_tolerance_by_output_kind(kind, shape, off, where):
     got[where % got.numel()] = off if dtype != torch.bool else 1
     ref, exact = Future(), Future()
     ref.set_result(([[got.numpy()]], None, 0.0))
-    exact.set_result(([([want], [want], None)], 0.0, 0.0))
+    reference = verify_npu.Reference([[want.numpy()]], ref)
+    exact.set_result(([([want], [want], None)], 0.0, 0.0, reference.samples, None))
     spec = EthosUNGCompileSpec("ethos-u55-128")
-    args = ("p", SimpleNamespace(outputs=ref), exact, [out], spec)
+    args = ("p", reference, exact, [out], spec)
     if quantized and off == 1:
         assert verify_lowering.verify(*args).status == "verified"
     else:
         with pytest.raises(LoweringDeviation, match="differs from the quantized partition"):
             verify_lowering.verify(*args)
+
+
+# ------------------------------------------------------------------ the samples
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    dtype=st.sampled_from([torch.int8, torch.uint8, torch.int16, torch.int32, torch.bool]),
+    shape=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    within=st.sampled_from([None, *verify_npu.FALLBACK_RANGES]),
+    seed=st.integers(0, 2**32),
+)
+def test_samples_are_a_mirrored_pair_inside_their_range(dtype, shape, within, seed):
+    """The verification pair: the second sample is the first mirrored about the middle of the
+    range, so any linear function of the inputs (a channel before its bias) is at or above its
+    mid-range value on one of the two; every value inside the range (a fallback range clipped to
+    the dtype's), the same draw for the same seed."""
+    import numpy as np
+
+    pair = verify_npu.sample_inputs([dtype], [tuple(shape)], seed, within=within)
+    assert len(pair) == verify_npu.SAMPLES == 2
+    (a,), (b,) = pair
+    info = torch.iinfo(dtype) if dtype != torch.bool else None
+    lo, hi = (0, 1) if info is None else (info.min, info.max)
+    if within is not None:
+        lo, hi = max(lo, within[0]), min(hi, within[1])
+    a64, b64 = a.astype(np.int64), b.astype(np.int64)
+    assert a.shape == b.shape == tuple(shape) and a.dtype == b.dtype
+    assert a64.min() >= lo and a64.max() <= hi and b64.min() >= lo and b64.max() <= hi
+    assert np.array_equal(a64 + b64, np.full(a.shape, lo + hi))
+    w = np.random.default_rng(seed).standard_normal(a.size)
+    mid = (lo + hi) / 2
+    assert max(w @ (a64.ravel() - mid), w @ (b64.ravel() - mid)) >= 0
+    (again,), _ = verify_npu.sample_inputs([dtype], [tuple(shape)], seed, within=within)
+    assert np.array_equal(again, a)
+
+
+def test_seed001_depthwise_hidden_channel_ships_bit_exact_on_the_u85_model(monkeypatch):
+    """tests/test_property_seed001.py's depthwise case 1204 on ethos-u85-256: Vela writes the
+    depthwise conv transposed into the concatenation with depth slices [0, 3] for 4 channels
+    (channel 3's bias is nowhere in its weight data), and the relu hides channel 3 on the
+    full-range sample. Its mirror drives the channel, so the verified compile sees the stream
+    deviate and contains it; what ships runs bit-exact on the U85 model at every step."""
+    import seed_property
+    from test_property_seed001 import check_case
+
+    ran = []
+
+    class Recorded(seed_property.CrossCheckedMethod):
+        def __init__(self, pte, target, method="forward"):
+            super().__init__(pte, target, method)
+            ran.append(self.runs_npu_model)
+
+    monkeypatch.setattr(seed_property, "CrossCheckedMethod", Recorded)
+    case = {"producer": "depthwise", "act": "relu", "lo": 0.0, "hi": 1.0, "y_below": 0.5,
+            "recipe": False, "h": 3, "seed": 1204}  # fmt: skip
+    check_case(case, "ethos-u85-256")
+    assert ran == [True], "the U85 program did not run on the NPU model by default"
+
+
+# ------------------------------------------------------------------ outside the domain
+class RightShift(nn.Module):
+    def forward(self, x, y):
+        return x >> y
+
+
+def _shift_verdicts(edge):
+    return [
+        m.meta["_delegate_info_meta"]
+        for _, m in edge.exported_program().graph_module.named_children()
+        if hasattr(m, "processed_bytes")
+    ]
+
+
+def _shift_case():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(-100, 100, (2, 5), dtype=torch.int8, generator=g)
+    y = torch.randint(0, 8, (2, 5), dtype=torch.int8, generator=g)
+    return (x, y), EthosUNGCompileSpec("ethos-u85-128", embed_tosa=True)
+
+
+def test_an_unpredictable_sample_is_drawn_again_in_domain_or_the_partition_is_an_error(
+    monkeypatch,
+):
+    """A right shift on ethos-u85-128: the TOSA reference calls the full-range pair
+    unpredictable (shift amounts outside [0, 8)). The pair is drawn again in [0, 7] and the
+    partition is verified there (the verdict says so), and the program is exact. With no range
+    the reference accepts (planted: no fallback ranges) nothing checks the partition, and
+    ``strict`` makes that an export error rather than ship it."""
+    from ethosu_ng.runtime import run_pte
+
+    (x, y), spec = _shift_case()
+    edge, part = _lower(RightShift(), (x, y), spec, [(x, y)])
+    (info,) = _shift_verdicts(edge)
+    v = info.lowering_verification
+    assert v.status == "verified" and v.sample_range == "[0, 7]" and v.samples == 2, v
+    assert not part.report.compiler_fallback
+    assert torch.equal(run_pte(edge.to_executorch().buffer, [x, y])[0], x >> y)
+
+    monkeypatch.setattr(verify_npu, "FALLBACK_RANGES", ())
+    strict = EthosUNGCompileSpec("ethos-u85-128", strict=True)
+    with pytest.raises(verify_npu.Unverifiable, match="domain"):
+        _lower(RightShift(), (x, y), strict, [(x, y)])
+
+
+@pytest.mark.slow
+def test_an_unverifiable_partition_is_contained_on_the_cpu(monkeypatch):
+    """With no sample the reference accepts (planted: no fallback ranges), the default compile
+    moves the shift to the CPU with the reason (no unverified stream ships); the program is
+    exact."""
+    from ethosu_ng.runtime import run_pte
+
+    (x, y), spec = _shift_case()
+    monkeypatch.setattr(verify_npu, "FALLBACK_RANGES", ())
+    edge, part = _lower(RightShift(), (x, y), spec, [(x, y)])
+    moved = part.report.compiler_fallback
+    assert list(moved) == ["aten_bitwise_right_shift_tensor"], moved
+    assert "no verification sample inside the TOSA reference model's domain" in next(
+        iter(moved.values())
+    )
+    assert torch.equal(run_pte(edge.to_executorch().buffer, [x, y])[0], x >> y)
+
+
+class ProducerActCatHead(nn.Module):
+    """conv (k x k) or depthwise conv -> relu / relu6 / clamp -> cat with a second input along
+    channels -> 1x1 conv: on Ethos-U85 Vela writes the producer transposed into the
+    concatenation, the class of its lost channels (tests/test_npu_model_u85.py)."""
+
+    def __init__(self, producer: str, channels: int, kernel: int, act: str, hi: float):
+        super().__init__()
+        groups = channels if producer == "depthwise" else 1
+        self.p = nn.Conv2d(channels, channels, kernel, padding=kernel // 2, groups=groups)
+        self.head = nn.Conv2d(2 * channels, channels, 1)
+        self.act, self.hi = act, hi
+
+    def forward(self, x, y):
+        a = self.p(x)
+        a = torch.relu(a) if self.act == "relu" else a.clamp(0.0, self.hi)
+        return self.head(torch.cat((a, y), 1))
+
+
+U85_SIZES = ("ethos-u85-128", "ethos-u85-256", "ethos-u85-512", "ethos-u85-1024", "ethos-u85-2048")
+N_HIDDEN_CHANNEL_CASES = int(os.environ.get("ETHOSU_NG_HIDDEN_CHANNEL_EXAMPLES", "12"))
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=N_HIDDEN_CHANNEL_CASES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+    database=None,
+    phases=[Phase.generate],  # an example compiles for 10-30 s: report the case, do not shrink it
+)
+@given(
+    producer=st.sampled_from(["conv", "depthwise"]),
+    channels=st.integers(1, 8),
+    kernel=st.sampled_from([1, 3]),
+    h=st.integers(2, 6),
+    w=st.integers(2, 6),
+    act=st.sampled_from(["relu", "clamp"]),
+    hi=st.sampled_from([0.3, 1.0, 6.0]),
+    y_below=st.sampled_from([0.05, 0.5]),
+    target=st.sampled_from(U85_SIZES),
+    seed=st.integers(0, 2**16),
+)
+def test_relu_hidden_channels_ship_bit_exact_on_the_u85_model(
+    producer, channels, kernel, h, w, act, hi, y_below, target, seed
+):
+    """Over conv / depthwise -> relu or clamp -> cat -> 1x1 conv, shapes and every U85 size:
+    what the verified compile ships runs on the U85 model by default and bit-exact to the TOSA
+    reference on six full-range int8 batches, whatever the relu hides on the compile's samples;
+    only a stream the verified compile refuses moves ops."""
+    case = dict(producer=producer, channels=channels, kernel=kernel, h=h, w=w, act=act, hi=hi,
+                y_below=y_below, target=target, seed=seed)  # fmt: skip
+    torch.manual_seed(seed)
+    model = ProducerActCatHead(producer, channels, kernel, act, hi).eval()
+    g = torch.Generator().manual_seed(seed)
+    shape = (1, channels, h, w)
+
+    def batch():
+        return torch.rand(shape, generator=g) * 2 - 1, torch.rand(shape, generator=g) - y_below
+
+    calib = [batch() for _ in range(4)]
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    q = quantize(model, calib[0], spec, calibration=calib, input_dtype=torch.int8,
+                 output_dtype=torch.int8)  # fmt: skip
+    edge, part = lower(q, calib[0], spec)
+    for why in part.report.compiler_fallback.values():
+        assert why.startswith(NPU_DEVIATION), (why, case)
+    method = CrossCheckedMethod(edge.to_executorch().buffer, target)
+    assert method.runs_npu_model, case
+    for k in range(6):
+        xs = [torch.randint(-128, 128, shape, generator=g, dtype=torch.int8) for _ in range(2)]
+        method.execute(xs, f"{case} batch {k}")

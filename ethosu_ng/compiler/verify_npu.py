@@ -2,10 +2,20 @@
 """Verified compile: Vela's command stream is run on the NPU model and compared with the TOSA
 reference model on the same partition, bit for bit, before a blob is written.
 
-Inputs are deterministic (seeded by the partition's TOSA bytes): uniform over each input's
-integer range, a fifth of the elements at one of its two ends. NPU scratch is filled with a
-poison byte before the model runs, so a command that reads memory no command and no input
-wrote, or an output element no command wrote, shows up as a difference.
+Inputs are deterministic (seeded by the partition's TOSA bytes), a mirrored pair: the first
+uniform over each input's integer range with a fifth of the elements at one of its two ends, the
+second the first mirrored about the middle of the range (``lo + hi - v``). For any linear
+function of the inputs (a conv or matmul channel at any output position, before its bias), one
+of the two puts it at or above its value on mid-range inputs; so a channel computed wrong (a
+missing bias, a wrong depth slice) shows even where a relu or clamp hides it on one sample. NPU
+scratch is filled with a poison byte before the model runs, so a command that reads memory no
+command and no input wrote, or an output element no command wrote, shows up as a difference.
+
+Where the TOSA reference model calls a sample unpredictable (an op's REQUIRE fails: a shift
+amount outside [0, bits), an index outside its dimension), the pair is drawn again in the
+narrower ``FALLBACK_RANGES``, in order; both links are verified on the first range the reference
+runs. A partition no range verifies is ``Unverifiable``: contained as a deviation is, not
+shipped unchecked.
 
 A difference is an ``NpuDeviation``: a ``VelaError``, so the partitioner handles it as it handles
 a Vela crash (culprit search, the ops responsible move to the CPU, the reason in the report) and
@@ -20,7 +30,7 @@ import hashlib
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -28,10 +38,15 @@ from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.tensor_spec import TensorSpec
 from ethosu_ng.vela.compiler import VelaError, VelaResult
 
-# Input samples per partition. Each costs a model run and a reference run (resnet18 on U55: 2.7
-# and 3-6 s on a shared machine, docs/benchmarks.md); every deviation class pinned in tests
-# shows on one sample.
-SAMPLES = 1
+# Input samples per partition: the mirrored pair. Each costs a model run, a reference run and an
+# exact evaluation (docs/benchmarks.md, "Verified compile: what it costs"). One full-range sample
+# misses Vela's U85 conv written transposed into a concatenation where a relu hides the channel
+# it computes wrong (tests/test_property_seed001.py, depthwise seed 1204); the pair does not.
+SAMPLES = 2
+# Integer ranges the pair is drawn from again, in order, when the reference calls the full-range
+# one unpredictable: small nonnegative values are inside every shift's amount domain and inside
+# index domains of 8, 2 and 1 elements.
+FALLBACK_RANGES = ((0, 7), (0, 1), (0, 0))
 # The poison byte of sample k is POISON[k % 2]: with more samples, an unwritten byte cannot
 # match TOSA in each by chance.
 POISON = (0xA5, 0x5A)
@@ -54,6 +69,23 @@ class NpuDeviation(VelaError):
         )
 
 
+class Unverifiable(NpuDeviation):
+    """The TOSA reference model calls every verification sample unpredictable: nothing checks
+    the partition, so it is contained as a deviation is (CPU fallback, or an error under
+    ``strict``)."""
+
+    def __init__(self, partition: str, target: str, last_words: str):
+        what = "no verification sample inside the TOSA reference model's domain"
+        VelaError.__init__(self, partition, target, what, last_words)
+        RuntimeError.__init__(
+            self, f"verified compile: partition {partition!r} for {target}: {what} ({last_words})"
+        )
+
+
+class OutsideDomain(RuntimeError):
+    """The reference run's failure when every range's pair is unpredictable."""
+
+
 @dataclass
 class NpuVerdict:
     """Per partition, in the report: ``verified``, ``deviation`` or ``skipped``."""
@@ -69,23 +101,34 @@ class NpuVerdict:
     reference_cpu_seconds: float = 0.0  # its CPU time (0 when no Vela zygote ran it)
     model_cpu_seconds: float = 0.0  # the NPU model's CPU time
     retried_with: List[str] = field(default_factory=list)  # Vela flags that made it verify
+    sample_range: str = "full"  # the inputs' range: "full", or the fallback range as "[lo, hi]"
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def sample_inputs(
-    dtypes: Sequence, shapes: Sequence[tuple], seed: int, count: int = SAMPLES
+    dtypes: Sequence,
+    shapes: Sequence[tuple],
+    seed: int,
+    count: int = SAMPLES,
+    within: Optional[Tuple[int, int]] = None,
 ) -> List[List[np.ndarray]]:
-    """Per sample, per input: an array of that dtype and shape (the NPU buffer's memory order),
-    uniform over the dtype's range with a fifth of the elements at one of its two ends
-    (saturation paths)."""
+    """Per sample, per input: an array of that dtype and shape (the NPU buffer's memory order).
+    Even samples are uniform over the dtype's range (``within`` it, clipped to the dtype's, when
+    given) with a fifth of the elements at one of its two ends (saturation paths); each odd one is
+    the sample before it mirrored about the middle of that range."""
     rng = np.random.default_rng(seed)
     samples: List[List[np.ndarray]] = [[] for _ in range(count)]
     for dtype, shape in zip(dtypes, shapes):
         dt = _np_dtype(dtype)
-        lo, hi = (0, 1) if dt == np.bool_ else (np.iinfo(dt).min, np.iinfo(dt).max)
-        for sample in samples:
+        lo, hi = (0, 1) if dt == np.bool_ else (int(np.iinfo(dt).min), int(np.iinfo(dt).max))
+        if within is not None:
+            lo, hi = max(lo, within[0]), min(hi, within[1])
+        for k, sample in enumerate(samples):
+            if k % 2:
+                sample.append((lo + hi - samples[k - 1][-1].astype(np.int64)).astype(dt))
+                continue
             v = rng.integers(lo, hi, size=shape, endpoint=True)
             ends = np.where(rng.random(shape) < 0.5, lo, hi)
             sample.append(np.where(rng.random(shape) < 0.2, ends, v).astype(dt))
@@ -107,15 +150,33 @@ class Reference:
     """The TOSA reference model's outputs on the verification inputs, computed while Vela runs:
     inputs depend only on the TOSA graph and the declared dtypes, not on Vela's placement."""
 
+    # The samples ``outputs`` holds the reference's answers for: the full-range pair, or (set
+    # before ``outputs`` completes) the first fallback range's pair the reference ran.
     samples: List[List[np.ndarray]]
-    # (List[List[np.ndarray]] per sample, seconds the reference model took, its CPU seconds)
+    # (List[List[np.ndarray]] per sample, seconds the reference model took, its CPU seconds);
+    # ``OutsideDomain`` when every range's pair is unpredictable.
     outputs: Future
+    ranges: List[str] = field(default_factory=lambda: ["full"])  # each pair's range, in order
+    pairs: List[List[List[np.ndarray]]] = field(default_factory=list)  # each range's samples
+    sample_range: str = "full"  # the range of ``samples``
 
     @classmethod
     def start(cls, tosa: bytes, dtypes: Sequence, shapes: Sequence[tuple]) -> Reference:
         seed = int.from_bytes(hashlib.sha256(tosa).digest()[:8], "little")
-        samples = sample_inputs(dtypes, shapes, seed)
-        return cls(samples, _REFERENCE_POOL.submit(_run_tosa_all, tosa, samples))
+        pairs = [sample_inputs(dtypes, shapes, seed)]
+        pairs += [sample_inputs(dtypes, shapes, seed, within=r) for r in FALLBACK_RANGES]
+        ranges = ["full"] + [f"[{lo}, {hi}]" for lo, hi in FALLBACK_RANGES]
+        ref = cls(pairs[0], Future(), ranges, pairs)
+        ref.outputs = _REFERENCE_POOL.submit(_run_tosa_all, tosa, pairs, ref)
+        return ref
+
+    def result(self, partition: str, target: str):
+        """``outputs``' result; ``Unverifiable`` (a deviation) when no range is in the
+        reference's domain. Other failures of the run raise as they are."""
+        try:
+            return self.outputs.result()
+        except OutsideDomain as e:
+            raise Unverifiable(partition, target, str(e)) from None
 
 
 def start_reference(tosa: bytes, declared_inputs, tosa_inputs, spec) -> Optional[Reference]:
@@ -134,6 +195,8 @@ def start_reference(tosa: bytes, declared_inputs, tosa_inputs, spec) -> Optional
 # The reference model holds the GIL while it runs (measured: a waiting thread got 4 turns in
 # 6 s), which would stall the lowering of the next partition; so it runs in a child process
 # forked from the Vela zygote, like Vela.
+# Each range's pair in turn, until the reference runs every sample of one (exit 0, its index
+# in the output); exit 4 when every pair has an unpredictable sample.
 _REFERENCE_MAIN = r"""
 import sys
 import numpy as np
@@ -141,21 +204,30 @@ import tosa_reference_model as ref
 with open(sys.argv[1], "rb") as f:
     graph = f.read()
 ins = np.load(sys.argv[2])
-outs = {}
-for s in range(int(ins["samples"])):
-    arrays = [np.ascontiguousarray(ins[f"s{s}_{k}"]) for k in range(int(ins["inputs"]))]
-    got, status = ref.run(graph, arrays, initialize_variable_tensor_from_numpy=True)
-    if status != ref.GraphStatus.TOSA_VALID:
-        print(f"TOSA reference model rejected the graph: {status}")
-        sys.exit(3)
-    outs.update({f"s{s}_{j}": np.asarray(a) for j, a in enumerate(got)})
-np.savez(sys.argv[3], **outs)
+for r in range(int(ins["ranges"])):
+    outs = {"range": np.int64(r)}
+    for s in range(int(ins["samples"])):
+        arrays = [np.ascontiguousarray(ins[f"r{r}_s{s}_{k}"]) for k in range(int(ins["inputs"]))]
+        got, status = ref.run(graph, arrays, initialize_variable_tensor_from_numpy=True)
+        if status == ref.GraphStatus.TOSA_UNPREDICTABLE:
+            outs = None
+            break
+        if status != ref.GraphStatus.TOSA_VALID:
+            print(f"TOSA reference model rejected the graph: {status}")
+            sys.exit(3)
+        outs.update({f"s{s}_{j}": np.asarray(a) for j, a in enumerate(got)})
+    if outs is not None:
+        np.savez(sys.argv[3], **outs)
+        sys.exit(0)
+sys.exit(4)
 """
 # A reference run longer than this is abandoned (the verdict says so) rather than stall export.
 REFERENCE_TIMEOUT_S = 900.0
 
 
-def _run_tosa_all(tosa: bytes, samples):
+def _run_tosa_all(tosa: bytes, pairs, reference: Optional[Reference] = None):
+    """The reference's outputs on the first of ``pairs`` (per range, per sample, per input) it
+    runs every sample of; sets ``reference.samples`` and ``sample_range`` to that pair's."""
     import os
     import tempfile
 
@@ -166,16 +238,32 @@ def _run_tosa_all(tosa: bytes, samples):
         graph, ins, outs = (os.path.join(tmp, n) for n in ("g.tosa", "in.npz", "out.npz"))
         with open(graph, "wb") as f:
             f.write(tosa)
-        arrays = {f"s{s}_{k}": a for s, sample in enumerate(samples) for k, a in enumerate(sample)}
-        n_in = len(samples[0]) if samples else 0
-        np.savez(ins, samples=len(samples), inputs=n_in, **arrays)
+        arrays = {
+            f"r{r}_s{s}_{k}": a
+            for r, samples in enumerate(pairs)
+            for s, sample in enumerate(samples)
+            for k, a in enumerate(sample)
+        }
+        n_samples = len(pairs[0])
+        n_in = len(pairs[0][0]) if n_samples else 0
+        np.savez(ins, ranges=len(pairs), samples=n_samples, inputs=n_in, **arrays)
         run = run_vela(_REFERENCE_MAIN, [graph, ins, outs], tmp, REFERENCE_TIMEOUT_S)
+        if run.returncode == 4:
+            ranges = reference.ranges if reference is not None else []
+            raise OutsideDomain(
+                "the TOSA reference model calls a sample of every range unpredictable "
+                f"(ranges {', '.join(ranges)}: an op's REQUIRE fails on them)"
+            )
         if run.returncode != 0:
             last = " | ".join(run.output.strip().splitlines()[-3:]) or "no output"
             raise RuntimeError(f"exit {run.returncode}: {last}")
         with np.load(outs) as got:
+            used = int(got["range"])
             n_out = sum(1 for k in got.files if k.startswith("s0_"))
-            result = [[got[f"s{s}_{j}"] for j in range(n_out)] for s in range(len(samples))]
+            result = [[got[f"s{s}_{j}"] for j in range(n_out)] for s in range(n_samples)]
+    if reference is not None:
+        reference.samples = pairs[used]
+        reference.sample_range = reference.ranges[used]
     return result, time.perf_counter() - t0, run.cpu_seconds or 0.0
 
 
@@ -218,11 +306,14 @@ def verify(
     verdict = NpuVerdict("verified")
     worst = (0, None, 0, "")  # max diff, output, elements differing, where
     try:
-        tosa_runs, verdict.reference_seconds, verdict.reference_cpu_seconds = (
-            reference.outputs.result()
+        tosa_runs, verdict.reference_seconds, verdict.reference_cpu_seconds = reference.result(
+            name, spec.target
         )
+    except Unverifiable:
+        raise
     except Exception as e:  # noqa: BLE001 - a graph the reference rejects cannot be checked
         return NpuVerdict("skipped", f"TOSA reference model: {type(e).__name__}: {e}")
+    verdict.sample_range = reference.sample_range
     for k, (arrays, want) in enumerate(zip(reference.samples, tosa_runs)):
         cpu0 = time.thread_time()
         try:
