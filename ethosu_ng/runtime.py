@@ -7,9 +7,9 @@ into the ExecuTorch runtime of the executorch wheel. The C++ backend validates e
 inputs and layout-copies them into the NPU scratch buffer exactly as on the device; then the host
 driver plays the NPU, in one of two ways (``npu=`` of ``run_pte``):
 
-- ``"model"`` (the default): Vela's command stream, weights and scales run on the Ethos-U55/U65
-  functional model (runtime/ethosu_ng/npu_model, docs/npu-model.md), which leaves the outputs in
-  scratch as the NPU would. Works on a firmware .pte (no TOSA inside).
+- ``"model"`` (the default): Vela's command stream, weights and scales run on the
+  Ethos-U55/U65/U85 functional model (runtime/ethosu_ng/npu_model, docs/npu-model.md), which
+  leaves the outputs in scratch as the NPU would. Works on a firmware .pte (no TOSA inside).
 - ``"tosa"``: a registered Python callback runs the delegate's embedded TOSA flatbuffer (compile
   with ``EthosUNGCompileSpec(..., embed_tosa=True)``) on the TOSA reference model and writes the
   outputs into scratch. An Ethos-U85 program whose command stream uses something the model does
@@ -409,51 +409,6 @@ def _dense_in(t, order) -> bool:
     return all(t.shape[d] == 1 or t.stride(d) == expected[d] for d in range(t.dim()))
 
 
-def _dense_order(t) -> Optional[tuple]:
-    """The dim order ``t`` is dense in (a known layout first where size-1 dims leave several),
-    or None for a tensor dense in none (a slice, an expanded view)."""
-    from ethosu_ng.io_layout import LAYOUTS
-
-    candidates = [o for o in LAYOUTS.values() if len(o) == t.dim()]
-    candidates.append(tuple(sorted(range(t.dim()), key=lambda d: -t.stride(d))))
-    return next((o for o in candidates if _dense_in(t, o)), None)
-
-
-def check_input_layouts(inputs: Sequence, orders: Sequence[Optional[tuple]]) -> list:
-    """``inputs`` as the program takes them: each tensor must be dense in the dim order the
-    program planned for it (``orders``), as on the device, where ExecuTorch copies an input's
-    bytes as they are. A tensor dense in another order is a ``LayoutError`` naming it; one dense
-    in no order (a slice, an expanded view) has no layout of its own and is copied into the
-    program's. ``to_dim_order`` lays a tensor out as a program takes it."""
-    from ethosu_ng.io_layout import LayoutError, layout_of
-
-    def name(order) -> str:
-        return f"{layout_of(order) or 'dim order'} {list(order)}"
-
-    out = list(inputs)
-    if len(orders) != len(out):
-        return out  # the count is ExecuTorch's to check
-    for k, (t, want) in enumerate(zip(out, orders)):
-        if want is None or not hasattr(t, "stride") or t.dim() != len(want):
-            continue
-        if _dense_in(t, want):
-            continue
-        got = _dense_order(t)
-        if got is None:
-            out[k] = to_dim_order(t, want)
-            continue
-        raise LayoutError(
-            f"input {k}: a tensor laid out {name(got)}, the program takes {name(want)}; lay it "
-            f"out with ethosu_ng.runtime.to_dim_order(t, {list(want)})"
-            + (
-                " (t.contiguous(memory_format=torch.channels_last))"
-                if layout_of(want) == "nhwc"
-                else ""
-            )
-        )
-    return out
-
-
 class HostMethod:
     """One method of a ``HostProgram``; holds the program (and so its bytes) alive.
 
@@ -474,23 +429,20 @@ class HostMethod:
         return self._method.metadata
 
     def execute(self, inputs: Sequence, npu: Optional[str] = None) -> list:
-        """Run with ``inputs`` (torch tensors laid out as the program planned:
-        ``check_input_layouts``); returns the outputs as a list. ``npu``: what runs the delegates
+        """Run with ``inputs`` (torch tensors of any layout, laid out as the program planned:
+        see ``run_pte``); returns the outputs as a list. ``npu``: what runs the delegates
         (``run_pte``); ``None`` is the program's default (``HostProgram.default_npu``)."""
-        inputs = check_input_layouts(inputs, self._input_orders)
         set_npu(npu or self.program.default_npu)
+        inputs = list(inputs)
+        orders = self._input_orders
+        if len(orders) == len(inputs):
+            inputs = [
+                to_dim_order(t, o)
+                if o is not None and hasattr(t, "stride") and t.dim() == len(o)
+                else t
+                for t, o in zip(inputs, orders)
+            ]
         return list(self._method.execute(inputs))
-
-    def lay_out(self, inputs: Sequence) -> list:
-        """``inputs`` (logical tensors of any layout) laid out in the dim orders this method
-        takes (``to_dim_order``): for callers that hold the data, not its bytes."""
-        orders = list(self._input_orders) + [None] * len(inputs)
-        return [
-            to_dim_order(t, o)
-            if o is not None and hasattr(t, "stride") and t.dim() == len(o)
-            else t
-            for t, o in zip(inputs, orders)
-        ]
 
 
 class HostProgram:
@@ -552,11 +504,6 @@ DEFAULT_NPU = "model"
 # 2 U85). Its U85 coverage is partial (docs/npu-model.md): ``model_unsupported`` says what a
 # program's U85 streams use that it does not implement.
 MODEL_PRODUCTS = (0, 1, 2)
-# Products whose programs run on the model by default when they also carry their TOSA graph.
-# An Ethos-U85 program with its TOSA graph runs on TOSA unless the model is asked for: the U85
-# model disagrees with TOSA on the concatenations of tests/test_property_seed001.py (on U85,
-# unresolved: the model's or Vela's), so its answers are not yet the default.
-DEFAULT_MODEL_PRODUCTS = (0, 1)
 PRODUCT_NAMES = {0: "Ethos-U55", 1: "Ethos-U65", 2: "Ethos-U85"}
 NPU_MODEL_NOT_SUPPORTED = 0x10  # executorch Error::NotSupported: a gap of the model
 _unsupported_cache: dict = {}
@@ -622,9 +569,10 @@ def npu_model_name(pte: bytes) -> str:
 
 
 def default_npu_for(pte: bytes) -> str:
-    """``DEFAULT_NPU``, except ``"tosa"`` for a program the NPU model cannot run as a whole: a
-    delegate of a product it does not execute, or an Ethos-U85 stream using something it does not
-    implement (``model_unsupported``) when every delegate carries its TOSA graph."""
+    """``DEFAULT_NPU`` (the model, for every product it executes), except ``"tosa"`` for a
+    program the NPU model cannot run as a whole: a delegate of a product it does not execute, or
+    an Ethos-U85 stream using something it does not implement (``model_unsupported``) when every
+    delegate carries its TOSA graph."""
     from ethosu_ng.blob import DelegateBlob
 
     blobs = [
@@ -636,10 +584,7 @@ def default_npu_for(pte: bytes) -> str:
         product = payload_product(blob.command_stream)
         if product is not None and product not in MODEL_PRODUCTS:
             return "tosa"
-    if all(b.tosa is not None for b in blobs) and (
-        any(payload_product(b.command_stream) not in DEFAULT_MODEL_PRODUCTS for b in blobs)
-        or model_unsupported(pte) is not None
-    ):
+    if all(b.tosa is not None for b in blobs) and model_unsupported(pte) is not None:
         return "tosa"
     return DEFAULT_NPU
 
@@ -724,12 +669,10 @@ def run_pte(pte, inputs: Sequence, method: str = "forward", npu: Optional[str] =
     an Ethos-U85 program whose stream uses something the model does not implement
     (``default_npu_for``).
 
-    Inputs are torch tensors laid out in the dim order the program planned for each (its IO
-    contract: ``--input-layout``): ``executorch.runtime`` copies an input's storage as is into
-    the planned input buffer (it ignores torch strides), as ``Method::set_input`` does on the
-    device, so a channels-last tensor fed to a program exported with contiguous inputs (or the
-    reverse) would be silently misread. ``run_pte`` raises ``io_layout.LayoutError`` naming such
-    an input instead (``check_input_layouts``); ``HostMethod.lay_out`` converts logical data.
+    Inputs are torch tensors with any layout: ``executorch.runtime`` copies an input's storage
+    as is into the planned input buffer (it ignores torch strides), so a channels-last tensor fed
+    to a program exported with contiguous inputs (or the reverse) would be silently misread.
+    ``run_pte`` therefore first lays every tensor input out in the dim order the program planned.
 
     Returns the method's outputs (torch tensors, in the program's output dim order). A delegate
     or kernel error surfaces as the RuntimeError ``executorch.runtime`` raises; the C++ side

@@ -54,19 +54,18 @@ class CrossCheckedMethod:
 
     The TOSA reference model always (the .pte needs ``embed_tosa=True``); the NPU model as well
     where ``runtime.default_npu_for`` picks it: always for a program compiled for a target in
-    ``NPU_MODEL_TARGETS`` (asserted, so the model check cannot silently not run), and with
-    ``with_model=True`` for an Ethos-U85 program whose streams the model implements (a U85
-    program with its TOSA graph defaults to TOSA: ``runtime.DEFAULT_MODEL_PRODUCTS``).
+    ``NPU_MODEL_TARGETS`` (asserted, so the model check cannot silently not run), and for an
+    Ethos-U85 program whose streams the model implements (``runtime.model_unsupported``).
     Each path runs its own loaded copy of the program, so state buffers advance once per step on
     each. The model runs last (``runtime.npu_model_stats()`` then describes its run);
     ``execute`` returns its outputs where it ran, else the TOSA ones.
     """
 
-    def __init__(self, pte: bytes, target: str, method: str = "forward", with_model=False):
-        from ethosu_ng.runtime import default_npu_for, load_pte, model_unsupported
+    def __init__(self, pte: bytes, target: str, method: str = "forward"):
+        from ethosu_ng.runtime import default_npu_for, load_pte
 
         default = default_npu_for(pte)
-        self.runs_npu_model = default == "model" or (with_model and model_unsupported(pte) is None)
+        self.runs_npu_model = default == "model"
         if target.startswith(NPU_MODEL_TARGETS):
             assert self.runs_npu_model, f"a {target} program defaults to npu={default!r}"
         npus = ["tosa"] + (["model"] if self.runs_npu_model else [])

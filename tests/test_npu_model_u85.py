@@ -90,7 +90,7 @@ def _check(name: str, target: str) -> None:
     pte, blobs, example = _compiled(name, target)
     assert blobs, f"{name}: nothing was delegated"
     assert rt.model_unsupported(pte) is None
-    method = CrossCheckedMethod(pte, target, with_model=True)
+    method = CrossCheckedMethod(pte, target)
     assert method.runs_npu_model
     for seed in SEEDS:
         method.execute(_inputs(example, seed), f"{name} {target} seed {seed}")
@@ -128,7 +128,7 @@ def test_u85_attention_matmul_bit_exact(target):
     pte = lower(q, example, spec)[0].to_executorch().buffer
     assert _delegates(pte) >= 1
     assert rt.model_unsupported(pte) is None
-    method = CrossCheckedMethod(pte, target, with_model=True)
+    method = CrossCheckedMethod(pte, target)
     assert method.runs_npu_model
     for seed in SEEDS:
         method.execute(_inputs(example, seed), f"attention {target} seed {seed}")
@@ -156,7 +156,7 @@ def test_u85_sparse_weights_bit_exact(cin, cout, kernel, target):
     _, words = cmd_stream(payload)
     formats = {p for _, _, op, is1, p, _ in commands(words) if op == 0x12E and not is1}
     assert formats and all(f & 0x10 for f in formats), formats  # WEIGHT_FORMAT: sparse
-    method = CrossCheckedMethod(pte, target, with_model=True)
+    method = CrossCheckedMethod(pte, target)
     assert method.runs_npu_model
     for batch in data[1:]:
         method.execute(batch, f"sparse conv {cin}->{cout} k{kernel} {target}")
@@ -204,7 +204,7 @@ def test_u85_random_convolutions_bit_exact(cin, cout, kernel, stride, dilation, 
     pte = edge.to_executorch().buffer
     assert _delegates(pte) == 1
     assert rt.model_unsupported(pte) is None
-    method = CrossCheckedMethod(pte, size, with_model=True)
+    method = CrossCheckedMethod(pte, size)
     assert method.runs_npu_model
     for batch in data[:2]:
         method.execute(batch, f"conv {cin}->{cout} k{kernel} s{stride} d{dilation} dw={depthwise}")
@@ -354,7 +354,7 @@ def test_vela_u85_conv_written_transposed_into_a_concatenation_loses_channels():
     moved = part.report.compiler_fallback
     assert list(moved) == ["aten_cat_default"], moved
     assert "verified compile: NPU model differs from TOSA" in moved["aten_cat_default"]
-    method = CrossCheckedMethod(edge.to_executorch().buffer, target, with_model=True)
+    method = CrossCheckedMethod(edge.to_executorch().buffer, target)
     assert method.runs_npu_model
     method.execute(xs, "conv -> relu -> cat -> conv, verified compile")
 
@@ -471,10 +471,70 @@ def test_u85_concatenations_ship_bit_exact(case):
     assert all(n.startswith("aten_cat") for n in moved), (moved, case)
     pte = edge.to_executorch().buffer
     assert rt.model_unsupported(pte) is None, (rt.model_unsupported(pte), case)
-    method = CrossCheckedMethod(pte, case["target"], with_model=True)
+    method = CrossCheckedMethod(pte, case["target"])
     assert method.runs_npu_model
     info = torch.iinfo(dtype)
     for k in range(2):
         xs = [torch.randint(info.min, info.max + 1, s, generator=gen, dtype=dtype)
               for s in case["shapes"]]  # fmt: skip
         method.execute(xs, f"{case} input {k}")
+
+
+# ------------------------------------------------------------------ the zoo
+def _zoo_models():
+    import json
+
+    path = os.path.join(os.path.dirname(__file__), "..", "docs", "zoo.json")
+    with open(path) as f:
+        return sorted({row["model"] for row in json.load(f)})
+
+
+ZOO_U85_TARGETS = ("ethos-u85-256", "ethos-u85-512")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ZOO_U85_TARGETS)
+@pytest.mark.parametrize("model_spec", _zoo_models())
+def test_u85_zoo_ships_bit_exact_on_the_model(model_spec, target):
+    """Every zoo model (docs/zoo.json) compiled for a U85 size with the default settings
+    (verified compile on) runs on the U85 model by default, bit-exact to the TOSA reference
+    model on two input batches. Prints one line per case (docs/reliability.md keeps the
+    figures)."""
+    import time
+
+    from _tools import require_tool
+
+    require_tool("timm", module=True, install="pip install -e .[zoo]")
+    from ethosu_ng.tools.model_source import load_model
+
+    t0 = time.time()
+    m = load_model(model_spec)
+    g = torch.Generator().manual_seed(1)
+    calib = [tuple(torch.randn(t.shape, generator=g) for t in m.example_inputs) for _ in range(2)]
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    q = quantize(m.model, m.example_inputs, spec, calibration=calib)
+    edge, part = lower(q, m.example_inputs, spec)
+    pte = edge.to_executorch().buffer
+    compile_s = time.time() - t0
+    unsupported = rt.model_unsupported(pte)
+    moved = dict(part.report.compiler_fallback)
+    line = (
+        f"ZOO-U85 {model_spec} {target}: partitions {len(part.report.partitions)}, "
+        f"moved {sorted(moved)}, default npu {rt.default_npu_for(pte)}, "
+        f"compile {compile_s:.0f} s"
+    )
+    if unsupported is not None:
+        print(f"{line}; not run on the model: {unsupported}")
+    assert unsupported is None, unsupported
+    method = CrossCheckedMethod(pte, target)
+    assert method.runs_npu_model
+    t1 = time.time()
+    try:
+        for k, batch in enumerate(calib):
+            method.execute(list(batch), f"{model_spec} {target} batch {k}")
+    except AssertionError as e:
+        print(f"{line}; DIFFERS: {str(e)[:300]}")
+        raise
+    print(f"{line}; bit-exact on 2 batches ({(time.time() - t1) / 2:.1f} s per batch, both paths)")
+    for why in moved.values():
+        assert why.startswith("verified compile:"), moved
