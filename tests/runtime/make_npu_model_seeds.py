@@ -8,8 +8,9 @@ runtime/fuzz/fuzz_npu_model.cpp: ``[u32 payload_len][u32 weights_len][u32 scratc
 [u32 fast_len][payload][weights]``, with the delegate's own scratch size, so an unmutated seed
 runs to completion. Models from tests/npu_models.py, compiled for ethos-u55-128 and
 ethos-u65-256, and for ethos-u85-256 and ethos-u85-512 (one and two cores; fast and standard
-weight streams, chaining, LUTs, transposes). Deterministic up to Vela's output; rerun only to
-refresh the corpus.
+weight streams, chaining, LUTs, transposes); and the programs of tests/test_npu_model_u85_ops.py
+for ethos-u85-256 and ethos-u85-512 (16-bit IFM convolutions, 16-bit LUTs, resize, comparisons,
+bitwise logic, shifts). Deterministic up to Vela's output; rerun only to refresh the corpus.
 """
 
 import os
@@ -39,8 +40,55 @@ TARGETS = {
 }
 
 
+# (kind, activation or integer dtype) of tests/test_npu_model_u85_ops.py's Op.
+U85_OPS = (
+    ("combo", torch.int16),
+    ("linear", torch.int16),
+    ("resize_bilinear_ac", torch.int8),
+    ("where_and", torch.int8),
+    ("shr", torch.int16),
+)
+
+
+def _write(out_dir: str, stem: str, blob: DelegateBlob) -> None:
+    head = struct.pack(
+        "<4I",
+        len(blob.command_stream),
+        len(blob.weights),
+        blob.scratch_size,
+        blob.fast_scratch_size,
+    )
+    path = os.path.join(out_dir, f"{stem}.bin")
+    with open(path, "wb") as f:
+        f.write(head + blob.command_stream + blob.weights)
+    print(path)
+
+
+def u85_op_seeds(out_dir: str) -> None:
+    from test_npu_model_u85_ops import INT_KINDS, Op, _compile, _float_inputs, _int_inputs
+
+    from ethosu_ng.adapters.exir import pte_delegate_payloads
+    from ethosu_ng.compile_spec import BACKEND_ID
+
+    for target in ("ethos-u85-256", "ethos-u85-512"):
+        for kind, dtype in U85_OPS:
+            torch.manual_seed(0)
+            shape = (1, 4, 5, 6)
+            if kind in INT_KINDS:
+                example = _int_inputs(kind, shape, dtype, 0)
+                pte, _ = _compile(Op(kind, 4), example, target)
+            else:
+                example = _float_inputs(shape, 0)
+                pte, _ = _compile(Op(kind, 4), example, target, activation_dtype=dtype)
+            payloads = [p for b, p in pte_delegate_payloads(pte) if b == BACKEND_ID]
+            for k, payload in enumerate(payloads):
+                blob = DelegateBlob.from_bytes(payload)
+                _write(out_dir, f"u85op_{kind}_{str(dtype)[6:]}_{target}_{k}", blob)
+
+
 def main(out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
+    u85_op_seeds(out_dir)
     for target, models in TARGETS.items():
         for name in models:
             torch.manual_seed(0)
@@ -52,17 +100,7 @@ def main(out_dir: str) -> None:
                 n for n in gm.graph.nodes if n.op == "call_function" and n.target is CALL_DELEGATE
             ):
                 blob = DelegateBlob.from_bytes(getattr(gm, n.args[0].target).processed_bytes)
-                head = struct.pack(
-                    "<4I",
-                    len(blob.command_stream),
-                    len(blob.weights),
-                    blob.scratch_size,
-                    blob.fast_scratch_size,
-                )
-                path = os.path.join(out_dir, f"{name}_{target}_{k}.bin")
-                with open(path, "wb") as f:
-                    f.write(head + blob.command_stream + blob.weights)
-                print(path)
+                _write(out_dir, f"{name}_{target}_{k}", blob)
 
 
 if __name__ == "__main__":
