@@ -409,6 +409,51 @@ def _dense_in(t, order) -> bool:
     return all(t.shape[d] == 1 or t.stride(d) == expected[d] for d in range(t.dim()))
 
 
+def _dense_order(t) -> Optional[tuple]:
+    """The dim order ``t`` is dense in (a known layout first where size-1 dims leave several),
+    or None for a tensor dense in none (a slice, an expanded view)."""
+    from ethosu_ng.io_layout import LAYOUTS
+
+    candidates = [o for o in LAYOUTS.values() if len(o) == t.dim()]
+    candidates.append(tuple(sorted(range(t.dim()), key=lambda d: -t.stride(d))))
+    return next((o for o in candidates if _dense_in(t, o)), None)
+
+
+def check_input_layouts(inputs: Sequence, orders: Sequence[Optional[tuple]]) -> list:
+    """``inputs`` as the program takes them: each tensor must be dense in the dim order the
+    program planned for it (``orders``), as on the device, where ExecuTorch copies an input's
+    bytes as they are. A tensor dense in another order is a ``LayoutError`` naming it; one dense
+    in no order (a slice, an expanded view) has no layout of its own and is copied into the
+    program's. ``to_dim_order`` lays a tensor out as a program takes it."""
+    from ethosu_ng.io_layout import LayoutError, layout_of
+
+    def name(order) -> str:
+        return f"{layout_of(order) or 'dim order'} {list(order)}"
+
+    out = list(inputs)
+    if len(orders) != len(out):
+        return out  # the count is ExecuTorch's to check
+    for k, (t, want) in enumerate(zip(out, orders)):
+        if want is None or not hasattr(t, "stride") or t.dim() != len(want):
+            continue
+        if _dense_in(t, want):
+            continue
+        got = _dense_order(t)
+        if got is None:
+            out[k] = to_dim_order(t, want)
+            continue
+        raise LayoutError(
+            f"input {k}: a tensor laid out {name(got)}, the program takes {name(want)}; lay it "
+            f"out with ethosu_ng.runtime.to_dim_order(t, {list(want)})"
+            + (
+                " (t.contiguous(memory_format=torch.channels_last))"
+                if layout_of(want) == "nhwc"
+                else ""
+            )
+        )
+    return out
+
+
 class HostMethod:
     """One method of a ``HostProgram``; holds the program (and so its bytes) alive.
 
@@ -429,20 +474,23 @@ class HostMethod:
         return self._method.metadata
 
     def execute(self, inputs: Sequence, npu: Optional[str] = None) -> list:
-        """Run with ``inputs`` (torch tensors of any layout, laid out as the program planned:
-        see ``run_pte``); returns the outputs as a list. ``npu``: what runs the delegates
+        """Run with ``inputs`` (torch tensors laid out as the program planned:
+        ``check_input_layouts``); returns the outputs as a list. ``npu``: what runs the delegates
         (``run_pte``); ``None`` is the program's default (``HostProgram.default_npu``)."""
+        inputs = check_input_layouts(inputs, self._input_orders)
         set_npu(npu or self.program.default_npu)
-        inputs = list(inputs)
-        orders = self._input_orders
-        if len(orders) == len(inputs):
-            inputs = [
-                to_dim_order(t, o)
-                if o is not None and hasattr(t, "stride") and t.dim() == len(o)
-                else t
-                for t, o in zip(inputs, orders)
-            ]
         return list(self._method.execute(inputs))
+
+    def lay_out(self, inputs: Sequence) -> list:
+        """``inputs`` (logical tensors of any layout) laid out in the dim orders this method
+        takes (``to_dim_order``): for callers that hold the data, not its bytes."""
+        orders = list(self._input_orders) + [None] * len(inputs)
+        return [
+            to_dim_order(t, o)
+            if o is not None and hasattr(t, "stride") and t.dim() == len(o)
+            else t
+            for t, o in zip(inputs, orders)
+        ]
 
 
 class HostProgram:
@@ -669,10 +717,12 @@ def run_pte(pte, inputs: Sequence, method: str = "forward", npu: Optional[str] =
     an Ethos-U85 program whose stream uses something the model does not implement
     (``default_npu_for``).
 
-    Inputs are torch tensors with any layout: ``executorch.runtime`` copies an input's storage
-    as is into the planned input buffer (it ignores torch strides), so a channels-last tensor fed
-    to a program exported with contiguous inputs (or the reverse) would be silently misread.
-    ``run_pte`` therefore first lays every tensor input out in the dim order the program planned.
+    Inputs are torch tensors laid out in the dim order the program planned for each (its IO
+    contract: ``--input-layout``): ``executorch.runtime`` copies an input's storage as is into
+    the planned input buffer (it ignores torch strides), as ``Method::set_input`` does on the
+    device, so a channels-last tensor fed to a program exported with contiguous inputs (or the
+    reverse) would be silently misread. ``run_pte`` raises ``io_layout.LayoutError`` naming such
+    an input instead (``check_input_layouts``); ``HostMethod.lay_out`` converts logical data.
 
     Returns the method's outputs (torch tensors, in the program's output dim order). A delegate
     or kernel error surfaces as the RuntimeError ``executorch.runtime`` raises; the C++ side
