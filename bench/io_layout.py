@@ -1,16 +1,26 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # SPDX-License-Identifier: Apache-2.0
-"""NPU cycles and SRAM with NCHW and with NHWC program input, ours next to upstream's program.
+"""NPU cycles, IO transpose cycles and SRAM with NCHW and with NHWC program IO, ours next to
+upstream's program.
 
 Each model is quantized twice (the same calibration batches): once with its NCHW example input,
-once with the same input laid out channels-last (what ``ethosu-ng compile --input-layout nhwc``
-does). Each quantized program is saved and lowered by upstream's EthosUPartitioner and by ours,
-each in a spawned child (``bench/compare_upstream.py``: a Vela crash is a result). Per run it
-prints the delegates' Vela NPU cycles, the cycles of Transpose layers, Vela's SRAM and the
-program input's dim order (to show the layout reached the delegate).
+once with the input laid out channels-last and every rank-4 output asked NHWC (what
+``ethosu-ng compile --input-layout nhwc --output-layout nhwc`` does). Each quantized program is
+saved and lowered by upstream's EthosUPartitioner and by ours, each in a spawned child
+(``bench/compare_upstream.py``: a Vela crash is a result). Per run it prints the delegates' Vela
+NPU cycles, the cycles of the Transpose layers before each delegate's first computing layer
+(input transpose) and after its last (output transpose, ``io_layout.edge_transposes``), those
+input cycles per input element (to set against the CPU layout copy, ``bench/io_copy_m55.py``),
+Vela's SRAM, and the program input's dim order (to show the layout reached the delegate).
 
-    python bench/io_layout.py torchvision:mobilenet_v3_small timm:mobilenetv2_100 \
-        timm:resnet18 --targets ethos-u55-128 ethos-u65-256 ethos-u85-256
+    OMP_NUM_THREADS=1 python bench/io_layout.py torchvision:mobilenet_v3_small \\
+        timm:mobilenetv2_100 timm:resnet18 timm:convnext_atto \\
+        --targets ethos-u55-128 ethos-u65-256 ethos-u85-256 \\
+        --results bench/results/io_layout.jsonl
+
+Resumable: every finished lowering is appended to ``--results`` (one JSON line) and skipped when
+the command runs again; the quantized programs are kept in ``--workdir``. ``--table`` prints the
+table from ``--results`` without lowering anything.
 
 Ours runs with the verified compile off (``verify_npu`` / ``verify_lowering`` do not change
 what Vela is given unless a deviation is found; none was on these models, docs/zoo.md).
@@ -19,9 +29,10 @@ what Vela is given unless a deviation is found; none was on these models, docs/z
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
-import tempfile
 import time
 
 import torch
@@ -31,39 +42,50 @@ sys.path.insert(0, HERE)
 
 import compare_upstream as cu  # noqa: E402
 
+LAYOUTS = ("nchw", "nhwc")
+WHO = ("upstream", "ethosu_ng")
 
-def _transpose_cycles(edge) -> int:
+
+def _ours_layers(edge):
+    """Per delegate of our lowered program: its attributed Vela layers."""
     gm = edge.exported_program().graph_module
-    total = 0
-    for name in gm._modules:
-        if name.startswith("lowered_module"):
-            info = getattr(gm, name).meta.get("_delegate_info_meta")
-            for layer in getattr(info, "layers", None) or []:
-                if layer.get("data_movement_kind") == "Transpose":
-                    total += int(layer.get("npu_cycles") or 0)
-    return total
-
-
-def _input_dim_order(edge):
-    from ethosu_ng.io_layout import program_dim_orders
-
-    return program_dim_orders(edge)[0][0][1]
+    infos = [
+        getattr(gm, n).meta["_delegate_info_meta"]
+        for n in gm._modules
+        if n.startswith("lowered_module")
+    ]
+    return [list(i.layers or []) for i in infos]
 
 
 def _child(which, program_path, target, force_cpu, queue):
     try:
         import ethosu_ng.ops  # noqa: F401 - defines the quantized_decomposed ops the program calls
+        from ethosu_ng import module_profile
+        from ethosu_ng.io_layout import edge_transposes, program_dim_orders
 
         ep = torch.export.load(program_path)
         if which == "upstream":
+            # compare_upstream.lower_upstream attributes each delegate's Vela layers once;
+            # keep them, per delegate, for the transposes at its edges.
+            per_delegate, attribute = [], module_profile.attribute
+
+            def keep(*args, **kw):
+                per_delegate.append(attribute(*args, **kw))
+                return per_delegate[-1]
+
+            module_profile.attribute = keep
             edge, t, summaries, moved = cu.lower_upstream(ep, target, force_cpu)
-            transposes = moved["by_op"].get("Transpose", 0)
         else:
             edge, t, summaries, moved = _lower_ours(ep, target)
-            transposes = _transpose_cycles(edge)
+            per_delegate = _ours_layers(edge)
         metrics = cu.measure(edge, t, summaries, moved)
-        metrics["transposes"] = transposes
-        metrics["dim_order"] = list(_input_dim_order(edge))
+        edges = [edge_transposes(layers) for layers in per_delegate]
+        metrics["in_transpose"] = sum(e["input"] for e in edges)
+        metrics["out_transpose"] = sum(e["output"] for e in edges)
+        metrics["transposes"] = moved["by_op"].get("Transpose", 0)
+        ins, outs = program_dim_orders(edge)
+        metrics["in_dim_order"] = [list(o) for _, o in ins]
+        metrics["out_dim_order"] = [list(o) for _, o in outs]
         queue.put(("ok", metrics))
     except BaseException as e:  # report, never hang the parent
         queue.put(("error", f"{type(e).__name__}: {str(e).splitlines()[0][:160] if e else ''}"))
@@ -80,14 +102,99 @@ def _lower_ours(ep, target):
     t0 = time.time()
     edge = to_edge_transform_and_lower(ep, partitioner=[EthosUNGPartitioner(spec)])
     t = (time.time() - t0, 0.0)
+    layers = [layer for per in _ours_layers(edge) for layer in per]
     gm = edge.exported_program().graph_module
-    infos = [
-        getattr(gm, n).meta["_delegate_info_meta"]
+    summaries = [
+        getattr(gm, n).meta["_delegate_info_meta"].vela_summary
         for n in gm._modules
         if n.startswith("lowered_module")
     ]
-    moved = module_profile.data_movement(layer for i in infos for layer in (i.layers or []))
-    return edge, t, [i.vela_summary for i in infos], moved
+    return edge, t, summaries, module_profile.data_movement(layers)
+
+
+def _program(spec_str, layout, workdir, calibration):
+    """The saved quantized program of ``spec_str`` with ``layout`` IO (made once) and its input
+    element count."""
+    from ethosu_ng import EthosUNGCompileSpec, io_layout
+    from ethosu_ng.export import quantize
+
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", spec_str)
+    path = os.path.join(workdir, f"{stem}.{layout}.c{calibration}.pt2")
+    model, x, _ = cu.load(spec_str)
+    numel = sum(t.numel() for t in x if t.dim() == 4)
+    if os.path.exists(path):
+        return path, numel
+    g = torch.Generator().manual_seed(1)
+    calib = [tuple(torch.randn(t.shape, generator=g) for t in x) for _ in range(calibration)]
+    asked = None if layout == "nchw" else layout
+    in_layouts = io_layout.resolve(asked, [tuple(t.shape) for t in x], "input")
+    out_shapes = io_layout.output_shapes(model, x)
+    out_layouts = [asked if len(s) == 4 else None for s in out_shapes]
+    xl = io_layout.apply_input_layouts(x, in_layouts)
+    cl = [io_layout.apply_input_layouts(b, in_layouts) for b in calib]
+    if any(out_layouts):
+        model = io_layout.OutputLayouts(model, out_layouts).eval()
+    # The quantizer's config does not depend on the target family beyond U55's op set.
+    q = quantize(model, xl, EthosUNGCompileSpec("ethos-u55-128"), calibration=cl)
+    tmp = path + ".part"
+    torch.export.save(torch.export.export(q, xl), tmp)
+    os.replace(tmp, path)
+    return path, numel
+
+
+def _key(model, target, who, layout) -> str:
+    return f"{model}|{target}|{who}|{layout}"
+
+
+def _load_results(path):
+    done = {}
+    if path and os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    r = json.loads(line)
+                    done[_key(r["model"], r["target"], r["who"], r["layout"])] = r
+    return done
+
+
+HEADER = (
+    "| model | target | partitioner | IO | input dim order | NPU cycles | input transpose | "
+    "output transpose | input transpose / element | SRAM KiB | NHWC / NCHW cycles | "
+    "NHWC / NCHW SRAM |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def _row(r, base) -> str:
+    head = f"| {r['model']} | {r['target']} | {r['who']} | {r['layout']} |"
+    if "error" in r:
+        return head + f" {r['error']} |" + " |" * 7
+    ratio = " | "
+    if r["layout"] == "nhwc" and base and "error" not in base:
+        ratio = (
+            f"{r['cycles'] / base['cycles']:.3f} | {r['sram_kib'] / base['sram_kib']:.3f}"
+            if base["cycles"] and base["sram_kib"]
+            else " | "
+        )
+    per = r["in_transpose"] / r["numel"] if r.get("numel") else 0.0
+    orders = r["in_dim_order"]
+    order = orders[0] if len(orders) == 1 else orders
+    return (
+        f"{head} {order} | {r['cycles']:,.0f} | {r['in_transpose']:,} | {r['out_transpose']:,} | "
+        f"{per:.2f} | {r['sram_kib']:,.1f} | {ratio} |"
+    )
+
+
+def table(done, models, targets, who) -> str:
+    lines = [HEADER]
+    for model in models:
+        for target in targets:
+            for w in who:
+                base = done.get(_key(model, target, w, "nchw"))
+                for layout in LAYOUTS:
+                    r = done.get(_key(model, target, w, layout))
+                    if r is not None:
+                        lines.append(_row(r, base))
+    return "\n".join(lines)
 
 
 def main():
@@ -98,59 +205,48 @@ def main():
     ap.add_argument("--targets", nargs="+", default=["ethos-u55-128"])
     ap.add_argument("--calibration", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=1800)
-    ap.add_argument("--who", nargs="+", default=["upstream", "ethosu_ng"])
+    ap.add_argument("--who", nargs="+", default=list(WHO), choices=WHO)
+    ap.add_argument("--results", help="JSON lines, appended per lowering; done ones are skipped")
+    ap.add_argument(
+        "--workdir",
+        default=os.path.join(os.environ.get("TMPDIR", "/tmp"), f"io_layout_programs_{os.getuid()}"),
+        help="where the quantized programs are kept between runs",
+    )
+    ap.add_argument("--table", action="store_true", help="print the table from --results only")
     args = ap.parse_args()
 
-    from ethosu_ng import EthosUNGCompileSpec
-    from ethosu_ng.export import quantize
-
-    print(f"torch {torch.__version__}; {os.cpu_count()} cores\n")
-    print(
-        "| model | target | partitioner | input | input dim order | NPU cycles | "
-        "Transpose NPU cycles | SRAM KiB | NHWC / NCHW cycles | NHWC / NCHW SRAM |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    workdir = tempfile.mkdtemp(prefix="io_layout_")
-    for spec_str in args.models:
-        model, x, _ = cu.load(spec_str)
-        g = torch.Generator().manual_seed(1)
-        calib = [
-            tuple(torch.randn(t.shape, generator=g) for t in x) for _ in range(args.calibration)
-        ]
-        paths = {}
-        for layout in ("nchw", "nhwc"):
-            fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
-            xl = tuple(t.contiguous(memory_format=fmt) for t in x)
-            cl = [tuple(t.contiguous(memory_format=fmt) for t in b) for b in calib]
-            # The quantizer's config does not depend on the target family beyond U55's op set.
-            q = quantize(model, xl, EthosUNGCompileSpec("ethos-u55-128"), calibration=cl)
-            paths[layout] = os.path.join(workdir, f"{len(os.listdir(workdir))}.pt2")
-            torch.export.save(torch.export.export(q, xl), paths[layout])
+    done = _load_results(args.results)
+    if not args.table:
+        os.makedirs(args.workdir, exist_ok=True)
+        print(f"torch {torch.__version__}; {os.cpu_count()} cores", flush=True)
+        # Target by target (the first given first), every model on it, so that a run cut
+        # short has whole targets.
+        programs = {}
         for target in args.targets:
-            for who in args.who:
-                runs = {}
-                for layout, path in paths.items():
-                    status, r = cu.run_isolated(who, path, target, [], args.timeout, child=_child)
-                    runs[layout] = r if status == "ok" else str(r)
-                for layout, r in runs.items():
-                    base = runs["nchw"]
-                    if isinstance(r, str):
-                        print(f"| {spec_str} | {target} | {who} | {layout} | {r} | | | | | |")
-                        continue
-                    ratio = ""
-                    if layout == "nhwc" and isinstance(base, dict):
-                        ratio = (
-                            f"{r['cycles'] / base['cycles']:.3f} | "
-                            f"{r['sram_kib'] / base['sram_kib']:.3f}"
+            for model in args.models:
+                for who in args.who:
+                    for layout in LAYOUTS:
+                        if _key(model, target, who, layout) in done:
+                            continue
+                        if model not in programs:
+                            programs[model] = {
+                                lay: _program(model, lay, args.workdir, args.calibration)
+                                for lay in LAYOUTS
+                            }
+                        path, numel = programs[model][layout]
+                        t0 = time.time()
+                        status, r = cu.run_isolated(
+                            who, path, target, [], args.timeout, child=_child
                         )
-                    else:
-                        ratio = " | "
-                    print(
-                        f"| {spec_str} | {target} | {who} | {layout} | {r['dim_order']} | "
-                        f"{r['cycles']:,.0f} | {r['transposes']:,} | {r['sram_kib']:,.1f} | "
-                        f"{ratio} |",
-                        flush=True,
-                    )
+                        rec = dict(model=model, target=target, who=who, layout=layout, numel=numel)
+                        rec.update(r if status == "ok" else {"error": str(r)})
+                        rec["wall_s"] = round(time.time() - t0, 1)
+                        done[_key(model, target, who, layout)] = rec
+                        if args.results:
+                            with open(args.results, "a") as f:
+                                f.write(json.dumps(rec) + "\n")
+                        print(f"{model} {target} {who} {layout}: {rec['wall_s']} s", flush=True)
+    print(table(done, args.models, args.targets, args.who))
 
 
 if __name__ == "__main__":
