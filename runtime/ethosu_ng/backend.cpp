@@ -99,8 +99,8 @@ bool same_shape(const Tensor& t, const IoEntry& e) {
   return true;
 }
 
-// Does the tensor's dim order name a permutation of its dims whose dense
-// strides are the tensor's?
+// Does the tensor's dim order name a permutation of its dims that its strides
+// follow (outer dims clear of inner ones; padding allowed)?
 bool laid_out_as_its_dim_order(const Tensor& t) {
   const int rank = static_cast<int>(t.dim());
   if (rank > kLayoutMaxRank || t.dim_order().size() != static_cast<size_t>(rank) ||
@@ -113,7 +113,7 @@ bool laid_out_as_its_dim_order(const Tensor& t) {
     sizes[i] = t.size(i);
     strides[i] = t.strides()[i];
   }
-  return dense_in(rank, sizes, strides, t.dim_order().data());
+  return strides_follow(rank, sizes, strides, t.dim_order().data());
 }
 
 // Checks one delegate argument against its IO entry before the NPU runs.

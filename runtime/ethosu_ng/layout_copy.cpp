@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include <ethosu_ng/layout_copy.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -450,19 +451,36 @@ const char* layout_name(char* buf, size_t cap, const uint8_t* dim_order, int ran
   return buf;
 }
 
-bool dense_in(
+bool strides_follow(
     int rank,
     const int64_t* sizes,
     const int64_t* strides,
     const uint8_t* dim_order) {
-  int64_t dense[kLayoutMaxRank];
-  if (!dense_strides(rank, sizes, dim_order, dense)) {
+  if (rank < 0 || rank > kLayoutMaxRank) {
     return false;
   }
+  bool seen[kLayoutMaxRank] = {};
+  bool empty = false;
   for (int i = 0; i < rank; ++i) {
-    if (sizes[i] != 1 && strides[i] != dense[i]) {
+    if (dim_order[i] >= rank || seen[dim_order[i]] || sizes[i] < 0 || strides[i] < 0) {
       return false;
     }
+    seen[dim_order[i]] = true;
+    empty = empty || sizes[i] == 0;
+  }
+  if (empty) {
+    return true;
+  }
+  int64_t inner = 1; // elements spanned by the dims inside this one
+  for (int i = rank - 1; i >= 0; --i) {
+    const int d = dim_order[i];
+    if (sizes[d] == 1) {
+      continue;
+    }
+    if (strides[d] < inner || strides[d] > INT64_MAX / sizes[d]) {
+      return false;
+    }
+    inner = strides[d] * sizes[d];
   }
   return true;
 }

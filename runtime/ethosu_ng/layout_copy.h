@@ -70,10 +70,12 @@ Error copy_from_dim_order(
 // a rank out of range (truncated, always terminated).
 const char* layout_name(char* buf, size_t cap, const uint8_t* dim_order, int rank);
 
-// Is a tensor of `sizes` with `strides` (in elements) laid out densely in
-// `dim_order`, which must be a permutation of [0, rank)? Size-1 dims may have
-// any stride (they address nothing).
-bool dense_in(
+// Do `strides` (in elements) lay a tensor of `sizes` out in the order
+// `dim_order` says (dim_order[0] outermost), each dim's elements clear of the
+// dims inside it (padding allowed)? `dim_order` must be a permutation of
+// [0, rank); size-1 dims may have any stride (they address nothing), and a
+// tensor with a zero-size dim holds nothing to misplace.
+bool strides_follow(
     int rank,
     const int64_t* sizes,
     const int64_t* strides,

@@ -242,7 +242,7 @@ void test_edges() {
 // The IO layout checks: names, density, and the dim-order comparison.
 void test_layout_checks() {
   using ethosu_ng::check_dim_order;
-  using ethosu_ng::dense_in;
+  using ethosu_ng::strides_follow;
   using ethosu_ng::layout_name;
   const uint8_t nchw[4] = {0, 1, 2, 3};
   const uint8_t nhwc[4] = {0, 2, 3, 1};
@@ -260,18 +260,28 @@ void test_layout_checks() {
   const int64_t sizes[4] = {1, 3, 4, 5};
   const int64_t planar[4] = {60, 20, 5, 1};
   const int64_t interleaved[4] = {60, 1, 15, 3};
-  CHECK(dense_in(4, sizes, planar, nchw));
-  CHECK(!dense_in(4, sizes, planar, nhwc));
-  CHECK(dense_in(4, sizes, interleaved, nhwc));
-  CHECK(!dense_in(4, sizes, interleaved, nchw));
-  CHECK(!dense_in(4, sizes, planar, not_perm));
-  const int64_t padded[4] = {80, 20, 5, 1}; // batch stride padded: N is 1, any stride
-  CHECK(dense_in(4, sizes, padded, nchw));
-  const int64_t row_padded[4] = {60, 24, 6, 1};
-  CHECK(!dense_in(4, sizes, row_padded, nchw));
+  CHECK(strides_follow(4, sizes, planar, nchw));
+  CHECK(!strides_follow(4, sizes, planar, nhwc));
+  CHECK(strides_follow(4, sizes, interleaved, nhwc));
+  CHECK(!strides_follow(4, sizes, interleaved, nchw));
+  CHECK(!strides_follow(4, sizes, planar, not_perm));
+  const int64_t padded[4] = {7, 20, 5, 1}; // N is 1: any stride
+  CHECK(strides_follow(4, sizes, padded, nchw));
+  const int64_t row_padded[4] = {96, 24, 6, 1}; // rows padded to 6: still NCHW
+  CHECK(strides_follow(4, sizes, row_padded, nchw));
+  CHECK(!strides_follow(4, sizes, row_padded, nhwc));
+  const int64_t overlapping[4] = {60, 20, 4, 1}; // rows of 5 at a stride of 4
+  CHECK(!strides_follow(4, sizes, overlapping, nchw));
+  const int64_t negative[4] = {60, 20, 5, -1};
+  CHECK(!strides_follow(4, sizes, negative, nchw));
+  const int64_t empty[4] = {1, 0, 4, 5};
+  CHECK(strides_follow(4, empty, planar, nhwc)); // nothing to misplace
+  const int64_t huge[4] = {1, 3, 4, 5};
+  const int64_t huge_strides[4] = {1, INT64_MAX / 2, 5, 1};
+  CHECK(!strides_follow(4, huge, huge_strides, nchw)); // C x stride overflows
   const int64_t one_c[4] = {1, 1, 4, 5};
   const int64_t one_c_strides[4] = {20, 20, 5, 1}; // C = 1: planar is interleaved too
-  CHECK(dense_in(4, one_c, one_c_strides, nchw) && dense_in(4, one_c, one_c_strides, nhwc));
+  CHECK(strides_follow(4, one_c, one_c_strides, nchw) && strides_follow(4, one_c, one_c_strides, nhwc));
 
   CHECK(check_dim_order("input", 0, nhwc, 4, nhwc, 4) == Error::Ok);
   CHECK(check_dim_order("input", 0, nhwc, 4, nchw, 4) == Error::InvalidArgument);
