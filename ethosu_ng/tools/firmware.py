@@ -216,25 +216,34 @@ def _prim_ops(et: Path) -> frozenset:
     return frozenset(re.findall(r'"((?:aten|executorch_prim)::[\w.]+)"', text))
 
 
+# A kernel definition: "Tensor& fn(", a definition taking the kernel context (any return type,
+# e.g. a tuple of out tensors), or the DEFINE_* macro form of the unary ufuncs.
+_KERNEL_DEFINITION = re.compile(
+    r"&\s*(\w+)\s*\(|\b(\w+)\s*\(\s*(?:[\w:]+::)?(?:Kernel)?RuntimeContext\s*&"
+    r"|\bDEFINE_\w+\(\s*(\w+)\s*,"
+)
+
+
 def _kernel_files(et: Path, functions: Sequence[str]) -> List[Path]:
     """The portable/quantized kernel sources defining these ``native::`` functions."""
     files = sorted((et / "kernels" / "portable" / "cpu").glob("op_*.cpp")) + sorted(
         (et / "kernels" / "quantized" / "cpu").glob("*.cpp")
     )
-    texts = {f: f.read_text() for f in files}
     # The unary ufunc kernels are defined by a macro whose bodies live in pattern/*.cpp.
     patterns = sorted((et / "kernels" / "portable" / "cpu" / "pattern").glob("*.cpp"))
+    defining: Dict[str, List[Path]] = {}
+    for f in files:
+        text = f.read_text()
+        extra = patterns if "pattern/pattern.h" in text else []
+        for m in _KERNEL_DEFINITION.finditer(text):
+            name = next(g for g in m.groups() if g)
+            hits = defining.setdefault(name, [])
+            hits += [h for h in [f, *extra] if h not in hits]
     out: List[Path] = []
     for fn in functions:
-        pat = re.compile(
-            r"&\s*" + re.escape(fn) + r"\s*\(|\bDEFINE_\w+\(\s*" + re.escape(fn) + r"\s*,"
-        )
-        hits = [f for f, t in texts.items() if pat.search(t)]
-        if not hits:
+        if fn not in defining:
             raise FirmwareError(f"kernel function {fn}: no source under {et}/kernels defines it")
-        if any("pattern/pattern.h" in texts[h] for h in hits):
-            hits += patterns
-        out += [h for h in hits if h not in out]
+        out += [h for h in defining[fn] if h not in out]
     return out
 
 
