@@ -28,6 +28,8 @@ from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from ethosu_ng.ops import is_per_tensor_quantize
+
 edge = exir_ops.edge.aten
 
 # Full reductions without a ``dim`` argument: the dim form that keeps dims.
@@ -104,6 +106,15 @@ def carry_rank0_as_rank1(program: ExportedProgram) -> bool:
             if original.dim() == 0:
                 changed.add(node)
             continue
+        if (
+            original.dim() == 0
+            and node.users
+            and all(is_per_tensor_quantize(u) for u in node.users)
+        ):
+            # Upstream folds a quantize into the op it directly follows: the view to [1] goes
+            # after the quantize (on the int8 tensor), not between them.
+            changed.add(node)
+            continue
         if new_val.numel() != original.numel():
             raise ValueError(
                 f"rank-0 as rank-1: {node.name} ({node.target}) changed from "
@@ -164,6 +175,11 @@ def _rewrite_rank0_producer(graph, node: Node) -> bool:
             arg = schema.arguments[i]
             args.append(kwargs.pop(arg.name, arg.default_value))
         args[k] = True
+        if "dim" in names and names.index("dim") < k:
+            # An empty dim list reduces every dim; upstream's ConvertMinMaxPass reads it as none.
+            d = names.index("dim")
+            if args[d] is None or (isinstance(args[d], (list, tuple)) and not args[d]):
+                args[d] = list(range(src_val.dim()))
         node.args, node.kwargs = tuple(args), kwargs
         return True
     return False
