@@ -154,3 +154,10 @@ def duplicate_shared_constants(program: ExportedProgram, tag: str) -> None:
     from executorch.exir.backend.utils import _maybe_duplicate_constant_nodes
 
     _maybe_duplicate_constant_nodes(program, tag)
+
+
+def edge_op(op: torch._ops.OpOverload):
+    """The edge-dialect op of ATen ``op`` (``aten.view_copy.default`` -> its EdgeOpOverload)."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    return getattr(getattr(exir_ops.edge.aten, op._overloadpacket.__name__), op._overloadname)

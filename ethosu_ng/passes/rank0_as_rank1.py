@@ -23,25 +23,29 @@ import operator
 from typing import Dict, List, Sequence
 
 import torch
-from executorch.exir.dialects._ops import ops as exir_ops
 from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from ethosu_ng.adapters.exir import edge_op
 from ethosu_ng.ops import is_per_tensor_quantize
 
-edge = exir_ops.edge.aten
+aten = torch.ops.aten
 
 # Full reductions without a ``dim`` argument: the dim form that keeps dims.
 _WITH_DIMS = {
-    edge.any.default: edge.any.dims,
-    edge.sum.default: edge.sum.dim_IntList,
-    edge.mean.default: edge.mean.dim,
-    edge.max.default: edge.amax.default,
-    edge.min.default: edge.amin.default,
+    edge_op(aten.any.default): edge_op(aten.any.dims),
+    edge_op(aten.sum.default): edge_op(aten.sum.dim_IntList),
+    edge_op(aten.mean.default): edge_op(aten.mean.dim),
+    edge_op(aten.max.default): edge_op(aten.amax.default),
+    edge_op(aten.min.default): edge_op(aten.amin.default),
 }
-_SQUEEZES = {edge.squeeze_copy.default, edge.squeeze_copy.dim, edge.squeeze_copy.dims}
-_RESHAPES = {edge.view_copy.default}
+_SQUEEZES = {
+    edge_op(aten.squeeze_copy.default),
+    edge_op(aten.squeeze_copy.dim),
+    edge_op(aten.squeeze_copy.dims),
+}
+_RESHAPES = {edge_op(aten.view_copy.default)}
 
 
 def _is_rank0(val) -> bool:
@@ -144,20 +148,20 @@ def _rewrite_rank0_producer(graph, node: Node) -> bool:
         node.args = (src, [1])
         return True
     if target in _SQUEEZES:
-        node.target, node.args, node.kwargs = edge.view_copy.default, (src, [1]), {}
+        node.target, node.args, node.kwargs = edge_op(aten.view_copy.default), (src, [1]), {}
         return True
-    if target == edge.select_copy.int and isinstance(src_val, torch.Tensor):
+    if target == edge_op(aten.select_copy.int) and isinstance(src_val, torch.Tensor):
         dim, index = args[1], args[2]
         size = src_val.shape[dim]
         index = index + size if index < 0 else index
-        node.target = edge.slice_copy.Tensor
+        node.target = edge_op(aten.slice_copy.Tensor)
         node.args = (src, dim, index, index + 1, 1)
         return True
-    if target in (edge.full.default,) and list(args[0]) == []:
+    if target in (edge_op(aten.full.default),) and list(args[0]) == []:
         node.args = ([1], *args[1:])
         return True
-    if target == edge.scalar_tensor.default:
-        node.target = edge.full.default
+    if target == edge_op(aten.scalar_tensor.default):
+        node.target = edge_op(aten.full.default)
         node.args = ([1], args[0])
         return True
     if target in _WITH_DIMS and isinstance(src_val, torch.Tensor) and src_val.dim() >= 1:
@@ -197,7 +201,7 @@ def _fake_run(node: Node, fake_mode):
 def _view_after(graph, node: Node, shape: List[int], fake_mode) -> Node:
     """A view of ``node`` to ``shape`` that takes over all of its users."""
     with graph.inserting_after(node):
-        view = graph.call_function(edge.view_copy.default, (node, shape))
+        view = graph.call_function(edge_op(aten.view_copy.default), (node, shape))
     view.meta = {k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")}
     with fake_mode:
         view.meta["val"] = node.meta["val"].reshape(shape)
@@ -210,7 +214,7 @@ def _restore_rank0_operands(graph, node: Node, changed: set, fake_mode) -> None:
     for a in list(node.all_input_nodes):
         if a in changed:
             with graph.inserting_before(node):
-                view = graph.call_function(edge.view_copy.default, (a, []))
+                view = graph.call_function(edge_op(aten.view_copy.default), (a, []))
             view.meta = {k: v for k, v in a.meta.items() if k not in ("val", "tensor_meta")}
             with fake_mode:
                 view.meta["val"] = a.meta["val"].reshape(())
