@@ -22,6 +22,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import torch
 
 from ethosu_ng.io_layout import Asked
+from ethosu_ng.vela import config as vela_config
 
 DEFAULT_TARGET = "ethos-u55-128"
 DTYPES = {"int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16}
@@ -111,20 +112,9 @@ def pte_sha256(pte: bytes) -> str:
 
 
 # ------------------------------------------------------------------ checks before any work
-def _vela_ini() -> str:
-    from ethosu.vela import architecture_features
-
-    root = os.path.dirname(os.path.dirname(architecture_features.__file__))
-    return os.path.join(root, "config_files", "Arm", "vela.ini")
-
-
 def vela_sections(kind: str) -> List[str]:
     """Names of Vela's ``System_Config`` or ``Memory_Mode`` sections in Arm/vela.ini."""
-    import configparser
-
-    cp = configparser.ConfigParser()
-    cp.read(_vela_ini())
-    return [s.split(".", 1)[1] for s in cp.sections() if s.startswith(kind + ".")]
+    return vela_config.sections(kind)
 
 
 def check_vela_config(spec) -> None:
@@ -215,7 +205,7 @@ def _vela_refuses(target: str, system_config: str, memory_mode: str) -> Optional
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # Vela prints "Info:" lines
             ArchitectureFeatures(
-                vela_config_files=[_vela_ini()],
+                vela_config_files=[vela_config.vela_ini()],
                 system_config=system_config,
                 memory_mode=memory_mode,
                 accelerator_config=target,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from ethosu_ng import module_profile
+from ethosu_ng import cost_model, module_profile
 from ethosu_ng.adapters import exir
 from ethosu_ng.blob import DelegateBlob
 from ethosu_ng.compile_spec import BACKEND_ID
@@ -147,6 +147,13 @@ def build_report(
     }
     cycles = [d["vela"]["npu_cycles"] for d in delegates if d["vela"]["npu_cycles"] is not None]
     moved = module_profile.data_movement(layer for d in delegates for layer in d["layers"])
+    ms = [d["vela"]["inference_ms"] for d in delegates]
+    clocks = [d["vela"]["clock_hz"] for d in delegates if d["vela"]["clock_hz"]]
+    end_to_end = cost_model.estimate(
+        gm,
+        [None if t is None else t / 1e3 for t in ms],
+        clocks[0] if clocks else cost_model.system_clock_hz(spec),
+    )
     return {
         "model": model,
         "target": spec.target,
@@ -163,6 +170,8 @@ def build_report(
         "program_io": io,
         # Leaf rows of the per-module profile (module_profile); the tree is in the dotted paths.
         "by_module": module_profile.by_module(profiled, cpu),
+        # The whole program on a Cortex-M55 + Ethos-U at the system config's clock (cost_model).
+        "end_to_end": end_to_end.as_dict(),
         "totals": {
             "partitions": len(delegates),
             "npu_compute_ops": npu_ops,
@@ -348,6 +357,21 @@ def format_text(r: Dict[str, Any]) -> str:
             lines.append(
                 f"  {g['npu_cycles']:,} cycles, {g['layers']} layer(s): {g['pattern']}; "
                 f"{g['blocker']}"
+            )
+    e2e = r.get("end_to_end")
+    if e2e and e2e.get("total_ms") is not None:
+        lines.append("")
+        npu = sum(x for x in e2e["npu_ms"] if x is not None)
+        lines.append(
+            f"end to end (estimate, {e2e['clock_hz'] / 1e6:,.0f} MHz, {e2e['assumes']}): "
+            f"{e2e['total_ms']:.3f} ms = NPU {npu:.3f} ms + CPU {e2e['cpu_ms']:.3f} ms "
+            f"({len(e2e['cpu_ops'])} kernel call(s), {e2e['cpu_instructions']:,.0f} instructions)"
+        )
+        top = sorted(e2e["cpu_ops"], key=lambda o: -o["instructions"])[:5]
+        for o in top:
+            lines.append(
+                f"  {o['node']:<40} {o['op']:<36} {o['instructions']:>12,.0f} instr "
+                f"({o['units']:,} {o['unit']}s, {o['basis']})"
             )
     lines.append("")
     share = t.get("npu_op_share")
