@@ -103,8 +103,10 @@ def load_costs(path: Path = COSTS_FILE) -> CpuCosts:
 
 
 def _numel(val) -> int:
+    """Elements of a tensor; of a kernel's first output where it has several (max_pool2d's
+    indices and layer_norm's statistics ride along with the values: the rows are per value)."""
     if isinstance(val, (list, tuple)):
-        return sum(_numel(v) for v in val)
+        return _numel(val[0]) if val else 0
     shape = getattr(val, "shape", None)
     return math.prod(int(d) for d in shape) if shape is not None else 0
 

@@ -188,4 +188,7 @@ def test_the_estimate_is_close_to_the_instructions_counted_on_the_m55():
     )
 
 
-RELATIVE = 0.0
+# Measured: the estimate is 8.6 % above the count (10.53 M vs 9.70 M instructions). The
+# convolution's row is per nominal MAC on a 16x16 map; on this 12x12 map the kernel skips more
+# padded taps.
+RELATIVE = 0.10
