@@ -20,7 +20,7 @@ boundary).
 from __future__ import annotations
 
 import operator
-from typing import Dict, List, Sequence
+from typing import Dict, List
 
 import torch
 from torch._guards import detect_fake_mode
@@ -219,8 +219,3 @@ def _restore_rank0_operands(graph, node: Node, changed: set, fake_mode) -> None:
             with fake_mode:
                 view.meta["val"] = a.meta["val"].reshape(())
             node.replace_input_with(a, view)
-
-
-def rank0_tensors(program: ExportedProgram) -> Sequence[str]:
-    """Names of the nodes of ``program`` whose result is a rank-0 tensor."""
-    return [n.name for n in program.graph_module.graph.nodes if _is_rank0(n.meta.get("val"))]
