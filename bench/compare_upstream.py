@@ -29,6 +29,7 @@ run of each (a shared or virtual machine only ever adds time).
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import platform
@@ -265,6 +266,14 @@ def run_isolated(which, program_path, target, force_cpu, timeout, child=None):
         if p.is_alive():
             p.kill()
             p.join()
+
+
+def read_jsonl(path) -> list:
+    """The rows of a resumable bench's results file (one JSON object per line); none if absent."""
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 OURS = "ethosu_ng"

@@ -147,14 +147,7 @@ def _key(model, target, who, layout) -> str:
 
 
 def _load_results(path):
-    done = {}
-    if path and os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                if line.strip():
-                    r = json.loads(line)
-                    done[_key(r["model"], r["target"], r["who"], r["layout"])] = r
-    return done
+    return {_key(r["model"], r["target"], r["who"], r["layout"]): r for r in cu.read_jsonl(path)}
 
 
 HEADER = (

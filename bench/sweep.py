@@ -115,14 +115,7 @@ def _child(which, program_path, target, force_cpu, queue):
 
 
 def _load_results(path):
-    done = {}
-    if path and os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                if line.strip():
-                    r = json.loads(line)
-                    done[(r["model"], r["target"], r["who"])] = r
-    return done
+    return {(r["model"], r["target"], r["who"]): r for r in cu.read_jsonl(path)}
 
 
 def _cell(r, k):
