@@ -65,9 +65,11 @@ def test_compile_writes_pte_and_report(compiled):
 
 def test_report_text_shows_the_verified_compile(compiled, capsys):
     code, out, _ = run(["report", compiled], capsys)
+    from ethosu_ng.compiler.verify_npu import SAMPLES
+
     assert code == 0 and "verified compile" in out
-    assert out.count("lowering: verified: 1 input sample") == 2
-    assert out.count("stream:   verified: 1 input sample") == 2
+    assert out.count(f"lowering: verified: {SAMPLES} input sample") == 2
+    assert out.count(f"stream:   verified: {SAMPLES} input sample") == 2
 
 
 def test_no_verify_npu_flag(tmp_path):
