@@ -102,10 +102,24 @@ def load_costs(path: Path = COSTS_FILE) -> CpuCosts:
         raise ValueError(f"{path}: not a CPU cost table ({e})") from None
 
 
-def _numel(val) -> int:
-    """Elements of a tensor; of a kernel's first output where it has several (max_pool2d's
-    indices and layer_norm's statistics ride along with the values: the rows are per value)."""
+# Kernels whose outputs are all values they write (a split's pieces); other multi-output
+# kernels carry companions of their first output (max_pool2d's indices, layer_norm's statistics),
+# and their rows are per element of that first output.
+ALL_OUTPUTS_ARE_VALUES = frozenset(
+    {
+        "aten.split_copy",
+        "aten.split_with_sizes_copy",
+        "aten.split_with_sizes",
+        "aten.unbind_copy",
+    }
+)
+
+
+def _numel(val, all_outputs: bool = False) -> int:
+    """Elements of a tensor; of a multi-output kernel's first output, or of all its outputs."""
     if isinstance(val, (list, tuple)):
+        if all_outputs:
+            return sum(_numel(v) for v in val)
         return _numel(val[0]) if val else 0
     shape = getattr(val, "shape", None)
     return math.prod(int(d) for d in shape) if shape is not None else 0
@@ -113,14 +127,14 @@ def _numel(val) -> int:
 
 def _units(node, unit: str) -> int:
     """Units of work of ``node``: output elements, input elements or multiply-accumulates."""
-    out = _numel(node.meta.get("val"))
+    name = base_name(op_name(node.target))
+    out = _numel(node.meta.get("val"), name in ALL_OUTPUTS_ARE_VALUES)
     if unit == "element":
         return out
     first = node.args[0] if node.args else None
     if unit == "input element":
         return _numel(getattr(first, "meta", {}).get("val"))
     # mac: output elements x the reduction length
-    name = base_name(op_name(node.target))
     if name == "aten.convolution":
         w = getattr(node.args[1], "meta", {}).get("val")
         return out * (math.prod(int(d) for d in w.shape[1:]) if w is not None else 1)
@@ -180,7 +194,7 @@ def cpu_op_cost(node, costs: Optional[CpuCosts] = None) -> Optional[CpuOp]:
         return None
     full = op_name(node.target)
     name = base_name(full)
-    if name in FREE_OPS or full == "getitem" or name.startswith("executorch_prim"):
+    if name in FREE_OPS or name.startswith("executorch_prim"):
         return None
     basis = "measured"
     row = costs.rows.get(name)
@@ -192,7 +206,7 @@ def cpu_op_cost(node, costs: Optional[CpuCosts] = None) -> Optional[CpuOp]:
         basis = "median elementwise"
     unit, per, per_output = row
     units = _units(node, unit)
-    extra = per_output * _numel(node.meta.get("val")) if per_output else 0.0
+    extra = per_output * _units(node, "element") if per_output else 0.0
     return CpuOp(node.name, full, unit, units, per * units + extra + costs.per_call, basis)
 
 

@@ -123,6 +123,32 @@ def test_the_costed_calls_are_the_kernels_the_program_calls():
     assert est.cpu_s == pytest.approx(est.cpu_instructions / 500e6)
 
 
+@settings(max_examples=4, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 5), min_size=2, max_size=4),
+    rows=st.integers(1, 4),
+    kind=st.sampled_from(["split", "max_pool"]),
+)
+def test_multi_output_kernels_count_the_values_they_write(sizes, rows, kind):
+    """A split writes every element of its input once, over all its outputs; a max_pool2d's
+    indices ride along with its values and are not counted again."""
+    if kind == "split":
+        x = torch.randn(rows, sum(sizes))
+        ep = _core_aten(lambda m, a: [t + 0 for t in torch.split(a, sizes, 1)], (x,))
+        base, want = "aten.split_with_sizes", x.numel()
+    else:
+        x = torch.randn(1, len(sizes), rows + 2, sizes[0] + 2)
+        ep = _core_aten(lambda m, a: F.max_pool2d(a, 3, 1, 1), (x,))
+        base, want = "aten.max_pool2d_with_indices", x.numel()
+    gm = ep.graph_module
+    (node,) = [
+        n
+        for n in gm.graph.nodes
+        if n.op == "call_function" and cost_model.base_name(op_name(n.target)).startswith(base)
+    ]
+    assert cost_model._units(node, "element") == want, (op_name(node.target), want)
+
+
 def test_an_unmeasured_op_is_costed_and_says_how():
     ep = _core_aten(lambda m, a: torch.erf(a) + 0, (torch.randn(40),))
     est = cost_model.estimate(ep.graph_module, [], 1e8)
