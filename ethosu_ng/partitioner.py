@@ -290,6 +290,7 @@ class EthosUNGPartitioner(Partitioner):
                             )
                         excluded[c.node] = why
                         report.compiler_fallback[c.node.name] = why
+                        logger.info("fallback round %d: %s to the CPU: %s", round_ + 1, c.node, why)
         excluded.update(removed)
         report.fallback_compiles = search.compiles
         for n in graph.nodes:

@@ -9,18 +9,21 @@ last op is the culprit (moving it breaks the combination). One culprit per faili
 round; the partitioner re-partitions and compiles again until everything compiles.
 
 Op signatures (op, argument types, constant arguments) that failed are remembered: a later
-failing partition holding the same signature moves those ops at once, without bisecting again,
-so a model with 20 identical blocks pays for one search, not 20. Failing partitions are first
-tried without the ops of the same *kind* (op, argument ranks and which dims are 1: the same
-layer at another stage of the network, e.g. Swin's window attention at each resolution) before
-a new search; if that does not fix it, the next round bisects.
+failing partition holding the same signature is tried without those ops, and if that compiles
+they move at once, without bisecting again, so a model with 20 identical blocks pays for one
+search, not 20. Failing that, it is tried without the ops of the same *kind* (op, argument ranks
+and which dims are 1: the same layer at another stage of the network, e.g. Swin's window
+attention at each resolution). A match is only a guess: one whose removal leaves the partition
+failing moves nothing; what still fails without it is searched and the op found moves, and the
+next round tries the match again (a deviation the verified compile finds at one element is not
+due to every op that looks like the one it was found on before).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Set
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 from torch.fx import Node
@@ -92,24 +95,35 @@ class CulpritSearch:
     def culprits(self, part: Set[Node], error: VelaError) -> List[Culprit]:
         """Ops of a partition that failed with ``error`` to keep on the CPU."""
         compute = sorted((n for n in part if self.is_compute(n)), key=self.order)
-        known = [
-            Culprit(n, self.failed_signatures[op_signature(n)], "signature")
-            for n in compute
-            if op_signature(n) in self.failed_signatures
-        ]
-        if known:
-            return known
-        similar = [
-            Culprit(n, self.failed_kinds[op_kind(n)], "kind")
-            for n in compute
-            if op_kind(n) in self.failed_kinds
-        ]
-        if similar:
-            return similar
+        guessed: List[Culprit] = []
+        left: List[Tuple[Set[Node], VelaError]] = []
+        for how, failed, key in (
+            ("signature", self.failed_signatures, op_signature),
+            ("kind", self.failed_kinds, op_kind),
+        ):
+            have = {c.node for c in guessed}
+            more = [
+                Culprit(n, failed[key(n)], how)
+                for n in compute
+                if n not in have and key(n) in failed
+            ]
+            if not more:
+                continue
+            guessed += more
+            left = self._failures(part - {c.node for c in guessed})
+            if not left:
+                return guessed
+        if left:  # no match cleared the partition: search what fails without them
+            part, error = left[0]
         found = self._search(part, error)
         self.failed_signatures[op_signature(found.node)] = found.error
         self.failed_kinds[op_kind(found.node)] = found.error
         return [found]
+
+    def _failures(self, nodes: Set[Node]) -> List[Tuple[Set[Node], VelaError]]:
+        """The pieces ``nodes`` re-partitions into that do not compile, with their errors."""
+        pieces = self._pieces(nodes)
+        return [(p, e) for p, e in zip(pieces, self._compile(pieces)) if e is not None]
 
     def _compile(self, parts: List[Set[Node]]) -> List[Optional[VelaError]]:
         parts = [p for p in parts if any(self.is_compute(n) for n in p)]

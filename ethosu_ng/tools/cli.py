@@ -133,10 +133,13 @@ def cmd_compile(args) -> int:
         example = load_model(args.model, args.seed).example_inputs
         calibration = _calibration_dir(args.calibration_dir, example)
     handler = _VelaProgress()
-    backend_log = logging.getLogger("ethosu_ng.compiler.pipeline")
-    backend_log.addHandler(handler)
-    backend_log.setLevel(logging.INFO)
-    backend_log.propagate = False
+    progress_logs = [
+        logging.getLogger(n) for n in ("ethosu_ng.compiler.pipeline", "ethosu_ng.partitioner")
+    ]
+    for log in progress_logs:
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
     try:
         with _program_warnings():
             result = api.compile(
@@ -159,8 +162,9 @@ def cmd_compile(args) -> int:
     except (LayoutError, api.MissingKernelError) as e:
         raise CliError(str(e)) from None
     finally:
-        backend_log.removeHandler(handler)
-        backend_log.propagate = True
+        for log in progress_logs:
+            log.removeHandler(handler)
+            log.propagate = True
     result.report["stages_s"] = dict(stages.times)
     if args.calibration_dir:
         result.report["compile_args"]["calibration_dir"] = args.calibration_dir
