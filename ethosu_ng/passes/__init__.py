@@ -9,12 +9,14 @@ them.
 
 from ethosu_ng.passes.avg_pool_ceil_mode import AvgPoolCeilModePass
 from ethosu_ng.passes.commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
+from ethosu_ng.passes.contiguous_before_view import ContiguousBeforeViewPass
 from ethosu_ng.passes.conv3d_on_cpu import Conv3dOnCpuPass
 from ethosu_ng.passes.cpu_index_int64 import CpuIndexInt64Pass
 from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
 from ethosu_ng.passes.integer_program_io import IntegerProgramIOError, IntegerProgramIOPass
 from ethosu_ng.passes.lower_roll import LowerRollPass
 from ethosu_ng.passes.mark_quantized_islands import MarkQuantizedIslandsPass
+from ethosu_ng.passes.nearest_resize_indices import NearestResizeIndicesPass
 from ethosu_ng.passes.non_core_aten_ops import DecomposeNonCoreAtenPass
 from ethosu_ng.passes.pipeline import (
     PRE_PARTITION_PASSES,
@@ -35,6 +37,7 @@ __all__ = [
     "pass_pipeline",
     "AvgPoolCeilModePass",
     "CommuteQDQThroughPassThroughPass",
+    "ContiguousBeforeViewPass",
     "Conv3dOnCpuPass",
     "CpuIndexInt64Pass",
     "DecomposeNonCoreAtenPass",
@@ -43,6 +46,7 @@ __all__ = [
     "IntegerProgramIOPass",
     "LowerRollPass",
     "MarkQuantizedIslandsPass",
+    "NearestResizeIndicesPass",
     "QuantizeStateBuffersPass",
     "RequantizeNonFuseableActivationPass",
     "SignedInteriorPass",

@@ -14,12 +14,14 @@ from typing import Iterable, Sequence, Tuple, Type
 
 from ethosu_ng.passes.avg_pool_ceil_mode import AvgPoolCeilModePass
 from ethosu_ng.passes.commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
+from ethosu_ng.passes.contiguous_before_view import ContiguousBeforeViewPass
 from ethosu_ng.passes.conv3d_on_cpu import Conv3dOnCpuPass
 from ethosu_ng.passes.cpu_index_int64 import CpuIndexInt64Pass
 from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
 from ethosu_ng.passes.integer_program_io import IntegerProgramIOPass
 from ethosu_ng.passes.lower_roll import LowerRollPass
 from ethosu_ng.passes.mark_quantized_islands import MarkQuantizedIslandsPass
+from ethosu_ng.passes.nearest_resize_indices import NearestResizeIndicesPass
 from ethosu_ng.passes.non_core_aten_ops import DecomposeNonCoreAtenPass
 from ethosu_ng.passes.quantize_state_buffers import QuantizeStateBuffersPass
 from ethosu_ng.passes.requantize_non_fuseable_activation import RequantizeNonFuseableActivationPass
@@ -29,7 +31,9 @@ from ethosu_ng.passes.unify_concat_qparams import UnifyConcatQParamsPass
 
 # Run on the ATen program before decomposition (in transform_for_pre_decomposition).
 PRE_PARTITION_PASSES: Tuple[type, ...] = (
+    ContiguousBeforeViewPass,
     AvgPoolCeilModePass,
+    NearestResizeIndicesPass,
     LowerRollPass,
     SliceOnMergedAxisPass,
     QuantizeStateBuffersPass,
