@@ -34,7 +34,8 @@ sys.path.insert(0, str(REPO))
 
 from ethosu_ng.adapters.exir import pte_delegate_payloads  # noqa: E402
 from ethosu_ng.blob import HEADER, HEADER_CRC, IO_ENTRY, SECTION_ENTRY, DelegateBlob  # noqa: E402
-from ethosu_ng.runtime import BACKEND_ID, build_host_library, default_build_dir  # noqa: E402
+from ethosu_ng.compile_spec import BACKEND_ID  # noqa: E402
+from ethosu_ng.runtime.source_build import build_targets, default_build_dir  # noqa: E402
 
 M55_LIB = REPO / "build" / "cortex-m" / "cortex-m55" / "libethosu_ng_delegate.a"
 
@@ -62,7 +63,7 @@ def best_s(f, repeats: int) -> float:
 
 def cpp_figures(raw: bytes, repeats: int) -> dict:
     build = default_build_dir()
-    build_host_library(build, targets=("ethosu_ng_blob_bench",))
+    build_targets(build, targets=("ethosu_ng_blob_bench",))
     with tempfile.NamedTemporaryFile(suffix=".blob") as f:
         f.write(raw)
         f.flush()

@@ -3,7 +3,7 @@
 
 Builds and runs the C++ bench (runtime/bench/io_copy_bench.cpp, CMake target
 ethosu_ng_io_copy_bench) twice: the portable host build (baseline x86-64, what
-load_host_runtime() uses) and a -march=native build (what a target with
+the extension module gets) and a -march=native build (what a target with
 byte shuffles gets from the same source). Prints per case the copy time,
 memcpy time and their ratio.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ethosu_ng.runtime import build_host_library, default_build_dir  # noqa: E402
+from ethosu_ng.runtime.source_build import build_targets, default_build_dir  # noqa: E402
 
 CASES = {  # bench case -> what the brief asks for
     "u8_1x3x224x224_nchw_to_nhwc": "1x3x224x224 uint8 contiguous -> NHWC",
@@ -34,7 +34,7 @@ CASES = {  # bench case -> what the brief asks for
 
 def run(build: Path, native: bool, repeats: int) -> list[dict]:
     args = ["-DETHOSU_NG_NATIVE=ON"] if native else []
-    build_host_library(build, targets=("ethosu_ng_io_copy_bench",), extra_cmake_args=args)
+    build_targets(build, targets=("ethosu_ng_io_copy_bench",), extra_cmake_args=args)
     out = subprocess.run(
         [str(build / "ethosu_ng_io_copy_bench"), str(repeats)],
         check=True,

@@ -20,7 +20,7 @@ Per method, the pools an ExecuTorch ``MemoryManager`` needs on the device:
   (ExecuTorch's CPU kernels may take temp memory too);
 - ``method_allocator``: measured, not computed: the high-water mark of a counting method
   allocator while loading the method on the host the way firmware does (``Program::load`` +
-  ``load_method`` over fixed pools, in ``libethosu_ng_host.so``). Host pointers are 8 bytes, so
+  ``load_method`` over fixed pools, in the extension module). Host pointers are 8 bytes, so
   a 32-bit Cortex-M needs somewhat less; the figure is an upper bound there.
   ``measured_on_target`` replaces it (and the temp allocator) with the high-water marks the
   Cortex-M55 firmware image measures (``tools/firmware.py``, ``ethosu-ng verify --on m55``);
@@ -32,7 +32,6 @@ reported sizes work, one byte less in the temp allocator fails).
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -260,14 +259,6 @@ _STEP = {
 }
 
 
-class _Usage(ctypes.Structure):
-    _fields_ = [
-        ("method_allocator_used", ctypes.c_size_t),
-        ("temp_allocator_peak", ctypes.c_size_t),
-        ("error", ctypes.c_int),
-    ]
-
-
 @dataclass(frozen=True)
 class PoolUsage:
     method_allocator_used: int
@@ -281,35 +272,6 @@ class PoolRunError(RuntimeError):
     def __init__(self, step: str, message: str, usage: PoolUsage):
         self.step, self.usage = step, usage
         super().__init__(f"{step}: {message}")
-
-
-def _lib():
-    from ethosu_ng.runtime import load_host_runtime
-
-    lib = load_host_runtime()
-    f = lib.ethosu_ng_host_run_with_pools
-    if f.restype is not ctypes.c_int or not f.argtypes:
-        sz, vp = ctypes.c_size_t, ctypes.c_void_p
-        f.argtypes = [
-            ctypes.c_char_p,
-            sz,
-            ctypes.c_char_p,
-            ctypes.POINTER(sz),
-            sz,
-            sz,
-            sz,
-            ctypes.POINTER(vp),
-            ctypes.POINTER(sz),
-            sz,
-            ctypes.POINTER(vp),
-            ctypes.POINTER(sz),
-            sz,
-            ctypes.POINTER(_Usage),
-            ctypes.c_char_p,
-            sz,
-        ]
-        f.restype = ctypes.c_int
-    return f
 
 
 def run_with_pools(
@@ -329,18 +291,12 @@ def run_with_pools(
     ``npu``: what runs the delegates, as in ``runtime.run_pte`` (default: the program's).
     Returns the outputs (flat arrays, program dim order) and what the pools used; raises
     ``PoolRunError`` when a step fails (e.g. an exhausted allocator)."""
-    from ethosu_ng.runtime import default_npu_for, set_npu
+    from ethosu_ng.runtime import default_npu_for, load_host_runtime, set_npu
 
-    f = _lib()
+    host = load_host_runtime()
     pte = bytes(pte)
     set_npu(npu or default_npu_for(pte))
-    sz = ctypes.c_size_t
-    arena_arr = (sz * max(1, len(arenas)))(*arenas)
-    usage = _Usage()
-    err = ctypes.create_string_buffer(512)
-    ins = [np.ascontiguousarray(a) for a in (inputs or [])]
-    in_ptrs = (ctypes.c_void_p * max(1, len(ins)))(*[a.ctypes.data for a in ins])
-    in_bytes = (sz * max(1, len(ins)))(*[a.nbytes for a in ins])
+    ins = [np.ascontiguousarray(a) for a in inputs] if inputs is not None else None
     if inputs is not None and outputs is None:
         from executorch.runtime import Runtime
 
@@ -349,32 +305,22 @@ def run_with_pools(
             (int(meta.output_tensor_meta(i).nbytes()), np.uint8) for i in range(meta.num_outputs())
         ]
     outs = [np.empty(nbytes // np.dtype(dt).itemsize, dt) for nbytes, dt in (outputs or [])]
-    out_ptrs = (ctypes.c_void_p * max(1, len(outs)))(*[a.ctypes.data for a in outs])
-    out_bytes = (sz * max(1, len(outs)))(*[a.nbytes for a in outs])
-    rc = f(
-        pte,
-        len(pte),
-        method.encode(),
-        arena_arr,
-        len(arenas),
-        method_allocator,
-        temp_allocator,
-        in_ptrs if inputs is not None else None,
-        in_bytes,
-        len(ins),
-        out_ptrs,
-        out_bytes,
-        len(outs),
-        ctypes.byref(usage),
-        err,
-        len(err),
+    step, message, usage = host.run_with_pools(
+        pte, method, list(arenas), method_allocator, temp_allocator, ins, outs
     )
-    u = PoolUsage(
-        int(usage.method_allocator_used), int(usage.temp_allocator_peak), int(usage.error)
-    )
-    if rc != POOLS_OK:
-        raise PoolRunError(_STEP.get(rc, f"step {rc}"), err.value.decode(errors="replace"), u)
+    u = PoolUsage(*(int(v) for v in usage))
+    if step != POOLS_OK:
+        raise PoolRunError(_STEP.get(step, f"step {step}"), message, u)
     return outs, u
+
+
+def register_fast_scratch(area: Optional[bytearray]) -> None:
+    """Register ``area`` (a writable buffer, kept alive while registered) as the fast SRAM the
+    firmware dedicates to Vela's region 2 (``ethosu_ng_set_fast_scratch``); ``None`` clears it,
+    and fast scratch comes from the temp allocator again."""
+    from ethosu_ng.runtime import load_host_runtime
+
+    load_host_runtime().set_fast_scratch(area)
 
 
 def format_text(plan: Dict[str, Any]) -> str:

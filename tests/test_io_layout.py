@@ -230,7 +230,8 @@ def test_input_layout_check_over_shapes_and_orders(shape, got, want, index):
     """Over shapes (size-1 dims included) and every pair of rank-4 dim orders: a tensor dense in
     the program's order goes in as it is; one dense only in another order is a LayoutError
     naming its index and both layouts; a view dense in no order is copied into the program's."""
-    from ethosu_ng.runtime import _dense_in, _dense_order, check_input_layouts, to_dim_order
+    from ethosu_ng.runtime import check_input_layouts, to_dim_order
+    from ethosu_ng.runtime.dim_order import _dense_in, _dense_order
 
     t = to_dim_order(torch.arange(int(torch.tensor(shape).prod())).reshape(shape), got)
     inputs = [torch.zeros(2)] * index + [t]
@@ -251,7 +252,8 @@ def test_input_layout_check_over_shapes_and_orders(shape, got, want, index):
 
 
 def test_a_slice_has_no_layout_and_is_copied():
-    from ethosu_ng.runtime import _dense_in, _dense_order, check_input_layouts
+    from ethosu_ng.runtime import check_input_layouts
+    from ethosu_ng.runtime.dim_order import _dense_in, _dense_order
 
     view = torch.randn(1, 3, 4, 6)[..., 1:]
     assert _dense_order(view) is None

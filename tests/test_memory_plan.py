@@ -27,6 +27,7 @@ from ethosu_ng.memory_plan import (
     SramBudgetError,
     check_sram_budget,
     memory_plan,
+    register_fast_scratch,
     run_with_pools,
     sram_bytes,
     temp_need,
@@ -93,10 +94,6 @@ def test_exact_pools_run_and_one_byte_less_fails(program):
 def test_u65_fast_scratch_from_a_registered_area_or_from_the_temp_allocator():
     """U65 Dedicated_Sram: Vela's fast scratch either comes from a fast area the firmware
     registers (temp allocator = scratch) or from the temp allocator (scratch, aligned, + fast)."""
-    import ctypes
-
-    from ethosu_ng.runtime import load_host_runtime
-
     spec = EthosUNGCompileSpec("ethos-u65-256", embed_tosa=True)
     example = SmallCNN.example()
     q = quantize(SmallCNN().eval(), example, spec, calibration=calibration_batches(example, n=1))
@@ -115,10 +112,7 @@ def test_u65_fast_scratch_from_a_registered_area_or_from_the_temp_allocator():
     want = run_with_pools(pte, arenas, m, t_nofast, [x.numpy()])[0]
     with pytest.raises(PoolRunError, match="temp allocator exhausted"):
         run_with_pools(pte, arenas, m, t_nofast - 1, [x.numpy()])
-    lib = load_host_runtime()
-    area = (ctypes.c_uint8 * fast)()
-    lib.ethosu_ng_set_fast_scratch.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    lib.ethosu_ng_set_fast_scratch(ctypes.addressof(area), fast)
+    register_fast_scratch(bytearray(fast))
     try:
         got, usage = run_with_pools(pte, arenas, m, t, [x.numpy()])
         assert usage.temp_allocator_peak == t
@@ -126,7 +120,7 @@ def test_u65_fast_scratch_from_a_registered_area_or_from_the_temp_allocator():
         with pytest.raises(PoolRunError, match="temp allocator exhausted"):
             run_with_pools(pte, arenas, m, t - 1, [x.numpy()])
     finally:
-        lib.ethosu_ng_set_fast_scratch(None, 0)
+        register_fast_scratch(None)
 
 
 def test_temp_need_orders_scratch_then_fast():

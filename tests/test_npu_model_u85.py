@@ -43,6 +43,7 @@ from test_npu_model import (
 from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng import runtime as rt
 from ethosu_ng.export import lower, quantize
+from ethosu_ng.runtime import npu_selection
 
 U85_TARGETS = ("ethos-u85-256", "ethos-u85-512")
 OTHER_SIZES = ("ethos-u85-128", "ethos-u85-1024", "ethos-u85-2048")
@@ -217,7 +218,7 @@ def test_u85_unimplemented_feature_runs_on_tosa_with_the_reason(monkeypatch):
     pte, _, example = _compiled("upsample_nearest", "ethos-u85-256")
     assert rt.model_unsupported(pte) is None and rt.default_npu_for(pte) == "model"
     reason = "command 12 (NPU_OP_RESIZE 0x01a, param 0x0000): RESIZE mode REPLICATE not modelled"
-    monkeypatch.setattr(rt, "model_unsupported", lambda _pte: reason)
+    monkeypatch.setattr(npu_selection, "model_unsupported", lambda _pte: reason)
     assert rt.default_npu_for(pte) == "tosa"
     assert not CrossCheckedMethod(pte, "ethos-u85-256").runs_npu_model
     assert rt.run_pte(pte, _inputs(example, 0))

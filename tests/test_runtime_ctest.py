@@ -18,7 +18,7 @@ from pathlib import Path
 
 from _tools import require_tool
 
-from ethosu_ng.runtime import _cmake
+from ethosu_ng.runtime.source_build import find_cmake
 
 REPO = Path(__file__).resolve().parent.parent
 CTESTS = ["blob", "layout_copy", "backend", "driver_ethosu", "driver_host"]
@@ -26,7 +26,7 @@ CTESTS = ["blob", "layout_copy", "backend", "driver_ethosu", "driver_host"]
 
 def _cmake_or_skip() -> str:
     # cmake>=3.28 is a test dependency: missing only on a hand-made environment.
-    return require_tool("cmake", find=_cmake)
+    return require_tool("cmake", find=find_cmake)
 
 
 def _run(cmd, **kw):
@@ -51,8 +51,8 @@ def configure_sanitize_build():
             "-DCMAKE_BUILD_TYPE=Debug",
             "-DETHOSU_NG_SANITIZE=ON",
             "-DETHOSU_NG_WERROR=ON",
-            # libethosu_ng_host.so too, for Python runs under ASan (test_runtime_lifetime.py).
-            "-DETHOSU_NG_SANITIZED_HOST_LIB=ON",
+            # The extension module too, for Python runs under ASan (test_runtime_lifetime.py).
+            "-DETHOSU_NG_PYTHON_MODULE=ON",
             f"-DETHOSU_NG_PYTHON={sys.executable}",
         ]
     )

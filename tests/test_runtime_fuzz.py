@@ -25,7 +25,7 @@ import pytest
 from _tools import require_tool
 
 from ethosu_ng import DelegateBlob
-from ethosu_ng.runtime import _cmake
+from ethosu_ng.runtime.source_build import find_cmake
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "tests" / "runtime" / "corpus"
@@ -37,7 +37,7 @@ FUZZ_SECONDS = int(os.environ.get("ETHOSU_NG_FUZZ_SECONDS", "30"))
 def fuzz_env():
     for tool in ("clang", "clang++"):
         require_tool(tool, install="apt-get install clang libclang-rt-14-dev")
-    cmake = require_tool("cmake", find=_cmake)
+    cmake = require_tool("cmake", find=find_cmake)
     env = dict(os.environ, CMAKE=cmake, PYTHON=sys.executable)
     env.pop("ASAN_OPTIONS", None)
     env.pop("UBSAN_OPTIONS", None)

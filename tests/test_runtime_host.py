@@ -14,6 +14,7 @@ References are computed before ``edge.to_executorch()``: that call mutates the e
 ``run_program_on_tosa`` on it afterwards is wrong for channels-last inputs.
 """
 
+import re
 import struct
 
 import numpy as np
@@ -31,6 +32,8 @@ from ethosu_ng.adapters import exir
 from ethosu_ng.blob import BlobFormatError, write_checksums
 from ethosu_ng.export import lower, quantize
 from ethosu_ng.numerics.tosa_reference import run_program_on_tosa
+from ethosu_ng.runtime import tosa_callback
+from ethosu_ng.runtime.host_module import HOST_MODULE_VERSION
 
 CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
 U55 = "ethos-u55-128"
@@ -107,7 +110,7 @@ def test_backend_registered(host):
 
     assert "EthosUNGBackend" in Runtime.get().backend_registry.registered_backend_names
     assert Runtime.get().backend_registry.is_available("EthosUNGBackend")
-    assert host.ethosu_ng_host_abi_version() == ngrt.HOST_ABI_VERSION
+    assert host.INTERFACE_VERSION == HOST_MODULE_VERSION
     assert ngrt.load_host_runtime() is host  # idempotent
 
 
@@ -264,7 +267,7 @@ def test_firmware_pte_runs_on_the_npu_model_by_default(host, conv_no_tosa, conv)
     assert ngrt.HostProgram(conv_no_tosa.pte).default_npu == "model"
     for feed in conv.feeds:
         got = ngrt.run_pte(conv_no_tosa.pte, list(feed))
-        assert host.ethosu_ng_get_npu_mode() == ngrt.NPU_MODES["model"]
+        assert host.npu_mode() == ngrt.NPU_MODES["model"]
         want = ngrt.run_pte(conv.pte, list(feed), npu="tosa")
         assert torch.equal(got[0], want[0])
 
@@ -433,3 +436,32 @@ def test_to_dim_order():
     assert torch.equal(back, t) and back.is_contiguous()
     one = torch.zeros(1, 3, 1, 1)
     assert ngrt.to_dim_order(one, (0, 2, 3, 1)) is one  # size-1 dims: already dense either way
+
+
+@pytest.mark.parametrize(
+    "answer, reason",
+    [
+        (lambda outs: [], "the TOSA callback returned 0 outputs, the blob declares 1"),
+        (
+            lambda outs: [b"\0" * (outs[0][2] - 1)],
+            "TOSA callback output 0: [0-9]+ bytes, the blob's",
+        ),
+        (lambda outs: [3], "TOSA callback output 0: expected a readable contiguous buffer"),
+        (lambda outs: 3, "TypeError: object of type 'int' has no len"),
+    ],
+)
+def test_a_wrong_callback_answer_is_an_error_naming_it(conv, host, capfd, answer, reason):
+    """What the TOSA callback hands back is checked against the blob's IO table before a byte
+    reaches scratch: a wrong count, size or type fails the delegate call with the reason."""
+    host.set_tosa_callback(lambda tosa, inputs, outputs: answer(outputs))
+    try:
+        n0 = ngrt.delegate_invocations()
+        with pytest.raises(RuntimeError):
+            ngrt.run_pte(conv.pte, list(conv.feeds[0]), npu="tosa")
+        assert ngrt.delegate_invocations() == n0 + 1
+    finally:
+        host.set_tosa_callback(tosa_callback.run_tosa_graph)
+    assert re.search(reason, capfd.readouterr().err)
+    assert torch.equal(
+        ngrt.run_pte(conv.pte, list(conv.feeds[0]), npu="tosa")[0], conv.tosa_refs[0][0]
+    )

@@ -8,7 +8,7 @@
 TOSA graph" and a tensor of size -1100623411). The check runs in a child process so a regression
 is a failed test, not a dead test session.
 
-The same child also runs with the host library built with ASan/UBSan (the sanitizer build of
+The same child also runs with the extension module built with ASan/UBSan (the sanitizer build of
 tests/test_runtime_ctest.py) and the sanitizer runtimes preloaded into Python, where a read of
 freed ``.pte`` bytes is a reported error rather than luck; the unsafe one-liner is run there too,
 to show the harness sees the hazard.
@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -101,7 +102,7 @@ def test_method_outlives_every_other_reference(conv, tmp_path):
 
 @pytest.fixture(scope="module")
 def asan_env():
-    """Environment running Python with the sanitized host library and the GCC sanitizer
+    """Environment running Python with the sanitized extension module and the GCC sanitizer
     runtimes preloaded (they must come first in the process)."""
     cmake, build = configure_sanitize_build()
     cache = (Path(build) / "CMakeCache.txt").read_text()
@@ -117,7 +118,7 @@ def asan_env():
         )
         runtimes.append(path)
     subprocess.run(
-        [cmake, "--build", build, "--target", "ethosu_ng_host"],
+        [cmake, "--build", build, "--target", "_host_runtime"],
         check=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -125,7 +126,9 @@ def asan_env():
     return dict(
         os.environ,
         LD_PRELOAD=" ".join(runtimes),
-        ETHOSU_NG_HOST_LIB=str(Path(build) / "libethosu_ng_host.so"),
+        ETHOSU_NG_HOST_MODULE=str(
+            Path(build) / ("_host_runtime" + sysconfig.get_config_var("EXT_SUFFIX"))
+        ),
         # Python and the wheels are not instrumented: their allocations are not leak-checked.
         ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
         UBSAN_OPTIONS=SANITIZER_ENV["UBSAN_OPTIONS"],

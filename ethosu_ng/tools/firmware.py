@@ -107,11 +107,11 @@ def _which(tool: str) -> str:
 
 
 def _cmake() -> str:
-    from ethosu_ng.runtime import HostRuntimeError, _cmake
+    from ethosu_ng.runtime.source_build import SourceBuildError, find_cmake
 
     try:
-        return _cmake()
-    except HostRuntimeError as e:
+        return find_cmake()
+    except SourceBuildError as e:
         raise FirmwareError(str(e)) from None
 
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// C API of the host runtime library (libethosu_ng_host.so), used from Python
-// through ctypes (ethosu_ng/runtime.py). Host only: firmware never sees it.
+// C API of the host runtime, which the extension module ethosu_ng._host_runtime
+// binds for Python (runtime/python/host_runtime.cpp). Host only: firmware never
+// sees it.
 #pragma once
 
 #include <stddef.h>
@@ -16,8 +17,7 @@
 extern "C" {
 #endif
 
-// Bumped whenever a signature below changes or one is added; runtime.py
-// checks it.
+// Bumped whenever a signature below changes or one is added.
 #define ETHOSU_NG_HOST_ABI_VERSION 3
 
 // Runs one delegate's embedded TOSA flatbuffer. Called by the host NpuDriver
