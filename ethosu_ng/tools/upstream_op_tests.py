@@ -616,10 +616,36 @@ class _Pool:
                 self.proc = None
                 return _failed(case, "crash", f"worker died (exit code {code})", waited)
             if waited > timeout:
+                _kill_descendants(self.proc.pid)
                 self.proc.kill()
                 self.proc.join()
                 self.proc = None
                 return _failed(case, "timeout", f"no result in {timeout:.0f} s", waited)
+
+
+def _kill_descendants(pid: int) -> None:
+    """SIGKILL every process below ``pid`` (Linux ``/proc``): a killed worker would otherwise
+    leave its Vela process (and the compile it runs) orphaned and running."""
+    import signal
+
+    children: Dict[int, List[int]] = collections.defaultdict(list)
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children[ppid].append(int(entry))
+    todo, below = [pid], []
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            below.append(c)
+            todo.append(c)
+    for c in below:
+        with contextlib.suppress(OSError):
+            os.kill(c, signal.SIGKILL)
 
 
 def _blank_record(case: Case) -> Dict[str, Any]:
