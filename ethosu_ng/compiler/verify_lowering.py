@@ -24,6 +24,7 @@ import torch
 
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.compiler.verify_npu import Reference, Unverifiable
+from ethosu_ng.numerics.tosa_reference import logical_to_npu, npu_to_logical
 from ethosu_ng.tensor_spec import TensorSpec
 from ethosu_ng.vela.compiler import VelaError
 
@@ -62,6 +63,9 @@ class LoweringVerdict:
     tie_amplified: int = 0  # largest step a flipped near tie moved an output (added tolerance)
     # int16: largest difference between the exact and the hardware reading (added tolerance)
     hardware_band: int = 0
+    # int16: largest bound on how far near ties move the hardware reading (numerics.tie_bound);
+    # -1 when the partition has an op the bound does not model
+    hardware_tie_bound: int = 0
     output: Optional[int] = None
     seconds: float = 0.0  # on the compile's critical path
     exact_seconds: float = 0.0  # the exact evaluation's own time, beside Vela
@@ -74,7 +78,6 @@ class LoweringVerdict:
 
 
 def _logical(arr: np.ndarray, spec: TensorSpec) -> torch.Tensor:
-    from ethosu_ng.numerics.tosa_reference import npu_to_logical
 
     return npu_to_logical(np.ascontiguousarray(arr).reshape(-1), spec)
 
@@ -95,9 +98,11 @@ def _exact_all(gm, samples: List[List[torch.Tensor]]):
     (``numerics.int16_table``), intermediates saturated as each RESCALE saturates them, and once
     more unclamped, as a fused lowering keeps them in its 32-bit accumulator (int16's range holds
     activations far beyond the calibrated ones, so a sum that the quantized model saturates is in
-    range for TOSA). Per element, the reading farthest from the exact one bounds the band."""
+    range for TOSA). The hardware reading is ``HardwareReading``: the reading farthest from the
+    exact one per element, and the saturated reading with how far its near ties can move it."""
     from ethosu_ng.numerics.int16_table import with_int48_requantization
     from ethosu_ng.numerics.op_numerics import ExactEvaluator
+    from ethosu_ng.numerics.tie_bound import Unbounded
 
     t0, cpu0 = time.perf_counter(), time.thread_time()
     outs = []
@@ -117,21 +122,37 @@ def _exact_all(gm, samples: List[List[torch.Tensor]]):
                 if base.near_ties
                 else base.outputs
             )
-            hardware = (
-                _farthest(
-                    base.outputs,
-                    [
-                        hardware_evaluator.run(
-                            inputs, rounding="half_up", int16_tables=True, **unclamped
-                        ).outputs
-                        for unclamped in ({}, {"saturate_intermediates": False})
-                    ],
+            hardware = None
+            if int16:
+                try:
+                    saturated = hardware_evaluator.run(
+                        inputs, rounding="half_up", int16_tables=True, tie_bound_within=NEAR_TIE
+                    )
+                except Unbounded:
+                    saturated = hardware_evaluator.run(
+                        inputs, rounding="half_up", int16_tables=True
+                    )
+                unclamped = hardware_evaluator.run(
+                    inputs, rounding="half_up", int16_tables=True, saturate_intermediates=False
                 )
-                if int16
-                else None
-            )
+                hardware = HardwareReading(
+                    _farthest(base.outputs, [saturated.outputs, unclamped.outputs]),
+                    saturated.outputs,
+                    saturated.tie_bounds,
+                )
             outs.append((base.outputs, flipped, hardware))
     return outs, time.perf_counter() - t0, time.thread_time() - cpu0
+
+
+@dataclass
+class HardwareReading:
+    """An int16 partition's outputs as the hardware computes them, per output."""
+
+    farthest: list  # per element, the reading (saturated or unclamped) farthest from the exact
+    saturated: list  # the reading with intermediates saturated as each RESCALE saturates them
+    # how far the saturated reading's near ties can move each element (``numerics.tie_bound``),
+    # or None when an op of the partition has no bound
+    tie_bounds: Optional[list]
 
 
 def _farthest(base, readings):
@@ -170,6 +191,12 @@ def start_exact(
     return _EXACT_POOL.submit(lambda: (*evaluate(samples), samples, evaluate))
 
 
+def _npu(t: torch.Tensor, spec: TensorSpec) -> np.ndarray:
+    """An integer reading of an output, saturated to its dtype, flat in the NPU's layout."""
+    lo, hi = _int_range(spec.dtype)
+    return logical_to_npu(t.to(torch.int64).clamp(lo, hi), spec).reshape(-1)
+
+
 def _int_range(dtype):
     info = torch.iinfo(dtype)
     return info.min, info.max
@@ -185,8 +212,6 @@ def verify(
     """Compare the TOSA reference model's outputs with the exact evaluation; raise
     ``LoweringDeviation`` beyond the tolerance (``verify_npu.Unverifiable`` when no sample is in
     the reference's domain), else return the verdict."""
-    from ethosu_ng.numerics.tosa_reference import logical_to_npu
-
     t0 = time.perf_counter()
     if reference is None or exact is None:
         return LoweringVerdict("skipped", "no reference run for this partition")
@@ -212,11 +237,8 @@ def verify(
         sample_range=reference.sample_range,
     )
     worst = (0, None, "")  # difference, output, where: the largest beyond its tolerance
-    for (want_all, flipped_all, hardware_all), got_all in zip(exact_runs, tosa_runs):
-        hardware_all = hardware_all or [None] * len(want_all)
-        for j, (e, f, h, t, s) in enumerate(
-            zip(want_all, flipped_all, hardware_all, got_all, outputs)
-        ):
+    for (want_all, flipped_all, hardware), got_all in zip(exact_runs, tosa_runs):
+        for j, (e, f, t, s) in enumerate(zip(want_all, flipped_all, got_all, outputs)):
             if not isinstance(e, torch.Tensor) or e.is_floating_point():
                 return LoweringVerdict("skipped", f"output {j} of the partition is not integer")
             want_npu = logical_to_npu(e.to(s.dtype), s)
@@ -235,19 +257,30 @@ def verify(
             d = np.abs(got - want)
             amplified = np.abs(moved - want)
             verdict.tie_amplified = max(verdict.tie_amplified, int(amplified.max()))
-            if h is not None:
-                # An int16 partition: anything between the exact and the hardware reading
-                # (interpolated lookups, unclamped intermediates) is right, plus the usual step.
-                hw = logical_to_npu(h.clamp(*_int_range(s.dtype)).to(s.dtype), s)
-                band = np.abs(hw.astype(np.int64).reshape(-1) - want)
-                verdict.hardware_band = max(verdict.hardware_band, int(band.max()))
-                amplified = np.maximum(amplified, band)
             # A bool or a plain integer (no scale: a shift, an index, a count) has no grid step
             # to be off by: one apart is another answer.
             exact = s.dtype == torch.bool or s.scale is None
-            tol = (0 if exact else LSB_TOLERANCE) + amplified
+            step = 0 if exact else LSB_TOLERANCE
+            right = np.zeros(d.shape, dtype=bool)
+            if hardware is not None:
+                # An int16 partition: anything between the exact and the hardware reading
+                # (interpolated lookups, unclamped intermediates) is right, plus the usual step;
+                # so is anything the hardware reading's own near ties can reach.
+                hw = _npu(hardware.farthest[j], s)
+                band = np.abs(hw - want)
+                verdict.hardware_band = max(verdict.hardware_band, int(band.max()))
+                amplified = np.maximum(amplified, band)
+                if hardware.tie_bounds is None:
+                    verdict.hardware_tie_bound = -1
+                else:
+                    saturated = hardware.saturated[j]
+                    reach = hardware.tie_bounds[j].expand(saturated.shape)
+                    reach = _npu(torch.ceil(reach).clamp(max=1 << 20), s)
+                    verdict.hardware_tie_bound = max(verdict.hardware_tie_bound, int(reach.max()))
+                    right = np.abs(got - _npu(saturated, s)) <= step + reach
+            tol = step + amplified
             verdict.max_lsb = max(verdict.max_lsb, int(d.max()))
-            over = np.flatnonzero(d > tol)
+            over = np.flatnonzero((d > tol) & ~right)
             if over.size:
                 i = int(over[np.argmax(d[over])])
                 if int(d[i]) > worst[0]:

@@ -196,8 +196,11 @@ class _Lockstep(Interpreter):
         eager: bool = True,
         constants: Optional[dict] = None,
         count_within: Optional[float] = None,
+        tie_bound=None,
     ):
         super().__init__(gm)
+        self.tie_bound = tie_bound  # a ``tie_bound.TieBound`` that follows every op, or None
+        self._table = None
         self.ops: List[OpNumerics] = []
         self.rounding, self.flip_ties_within = rounding, flip_ties_within
         self.int16_tables = int16_tables
@@ -238,6 +241,21 @@ class _Lockstep(Interpreter):
         return self.constants[n]
 
     def call_function(self, target, args, kwargs):
+        self._table = None
+        out = self._evaluate(target, args, kwargs)
+        if self.tie_bound is not None:
+            a64 = [v.f64 if isinstance(v, _Pair) else v for v in args]
+            a64 = [
+                [w.f64 if isinstance(w, _Pair) else w for w in v]
+                if isinstance(v, (list, tuple))
+                else v
+                for v in a64
+            ]
+            result = out.f64 if isinstance(out, _Pair) else out
+            self.tie_bound.step(self._current, a64, result, self._table)
+        return out
+
+    def _evaluate(self, target, args, kwargs):
         op = _base(target)
         a32 = tree_map(lambda v: v.f32 if isinstance(v, _Pair) else v, args)
         a64 = tree_map(lambda v: v.f64 if isinstance(v, _Pair) else v, args)
@@ -322,7 +340,9 @@ class _Lockstep(Interpreter):
         codes = torch.round(a64[0] / scale).to(torch.int64) + zp
         # A TABLE reads an int16 tensor: its input is saturated even where an unclamped
         # intermediate feeds it.
-        out = table_lookup(codes.clamp(qin[2], qin[3]), table, lshift)
+        codes = codes.clamp(qin[2], qin[3])
+        out = table_lookup(codes, table, lshift)
+        self._table = (codes, table, lshift, scale, qout[0])
         return (out.to(torch.float64) - qout[1]) * qout[0]
 
 
@@ -352,6 +372,8 @@ def _outputs(out) -> list:
 class ExactRun:
     outputs: list  # as ``exact_outputs``
     near_ties: int  # quantized values, over all quantizes, within ``count_within`` of a tie
+    # per output, how far near ties can move it (``tie_bound``), when asked for
+    tie_bounds: Optional[list] = None
 
 
 class ExactEvaluator:
@@ -371,7 +393,13 @@ class ExactEvaluator:
         saturate_intermediates: bool = True,
         int16_tables: bool = False,
         count_within: Optional[float] = None,
+        tie_bound_within: Optional[float] = None,
     ) -> ExactRun:
+        """``tie_bound_within``: also bound, per output element, how far roundings within that
+        of a tie can move it (``tie_bound``)."""
+        from ethosu_ng.numerics.tie_bound import TieBound
+
+        bound = TieBound(tie_bound_within) if tie_bound_within else None
         lock = _Lockstep(
             self.gm,
             rounding,
@@ -381,9 +409,17 @@ class ExactEvaluator:
             eager=False,
             constants=self.constants,
             count_within=count_within,
+            tie_bound=bound,
         )
         out = _outputs(lock.run(*inputs))
-        return ExactRun(out, lock.near_ties)
+        if bound is None:
+            return ExactRun(out, lock.near_ties)
+        (returned,) = [n for n in self.gm.graph.nodes if n.op == "output"]
+        results = (
+            returned.args[0] if isinstance(returned.args[0], (list, tuple)) else [returned.args[0]]
+        )
+        deltas = [bound.of(r) if bound.of(r) is not None else torch.zeros(()) for r in results]
+        return ExactRun(out, lock.near_ties, deltas)
 
 
 class _ExactChecker(_DelegateChecker):

@@ -1,0 +1,250 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""How far the hardware's own roundings can move an int16 partition's outputs from its hardware
+reading: a bound, per output element, propagated through the graph.
+
+The hardware reading (``int16_table``: the TOSA graph's lookup tables and 16-bit multipliers)
+rounds each requantization of the exact real value. The TOSA graph rounds the same value
+computed in integers (31-bit multipliers, the INT48 bias, an add's inputs rescaled to a common
+32-bit scale), so wherever a value lies within ``NEAR_TIE`` of a rounding tie it may round the
+other way, one step. A later op carries that step on, amplified: a LayerNorm's centred value
+times its ``rsqrt`` turns one step into tens (timm deit_tiny, two blocks, a16w8: 800 to 1 400
+near ties per sample, the graph up to 11 steps from the hardware reading at the logits). Which
+way each tie goes is the integer arithmetic's business, so no single reading with ties flipped
+one way bounds it; this module propagates the bound instead.
+
+Each value carries ``delta``, the largest difference the ties so far can make to it (real units
+for a float, steps for an integer), through each op by its local sensitivity: sums of deltas for
+an add, ``|a| db + |b| da + da db`` for a product, the weights' magnitudes for a convolution,
+linear or matmul, the table's own values over the codes within reach for a lookup, the same
+rearrangement for a view, permute, slice or concatenation. A quantize's delta is the number of
+ties within ``delta + NEAR_TIE`` of its value (how many grid steps its rounding can move), then
+saturated. An op outside these rules makes the bound unknown (``Unbounded``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ethosu_ng.ops import (
+    DEQUANTIZE_OPS,
+    DEQUANTIZE_PER_TENSOR_OPS,
+    QUANTIZE_OPS,
+    QUANTIZE_PER_TENSOR_OPS,
+    op_name,
+)
+
+
+class Unbounded(ValueError):
+    """An op whose sensitivity the bound does not model."""
+
+
+# Ops that only move, copy or select elements: the same op on the deltas bounds them.
+_REARRANGE = {
+    "aten.view_copy.default",
+    "aten.view.default",
+    "aten.reshape.default",
+    "aten._unsafe_view.default",
+    "aten.permute_copy.default",
+    "aten.permute.default",
+    "aten.expand_copy.default",
+    "aten.expand.default",
+    "aten.clone.default",
+    "aten._clone_dim_order.default",
+    "dim_order_ops._clone_dim_order.default",
+    "aten.slice_copy.Tensor",
+    "aten.slice.Tensor",
+    "aten.select_copy.int",
+    "aten.select.int",
+    "aten.squeeze_copy.dims",
+    "aten.squeeze_copy.dim",
+    "aten.squeeze.dims",
+    "aten.unsqueeze_copy.default",
+    "aten.unsqueeze.default",
+    "aten.cat.default",
+    "aten.repeat.default",
+    "aten.transpose_copy.int",
+    "aten.t_copy.default",
+    "aten.alias_copy.default",
+    "aten.constant_pad_nd.default",
+    "aten.index_select.default",
+    "aten.pixel_shuffle.default",
+    "aten.pixel_unshuffle.default",
+}
+# 1-Lipschitz in each element, and elementwise or a max over a window: the same op on the
+# deltas bounds them (for relu-like ops the delta itself does).
+_ONE_LIPSCHITZ = {
+    "aten.relu.default",
+    "aten.clamp.default",
+    "aten.clamp.Tensor",
+    "aten.hardtanh.default",
+}
+_WINDOW_MAX = {
+    "aten.amax.default",
+    "aten.max_pool2d.default",
+    "aten.max_pool2d_with_indices.default",
+}
+_LINEAR_IN_INPUT = {  # linear in the (only) activation: the same op on |delta|
+    "aten.sum.dim_IntList",
+    "aten.mean.dim",
+    "aten.avg_pool2d.default",
+    "aten.adaptive_avg_pool2d.default",
+    "aten.neg.default",
+}
+
+
+def _is_tensor(v) -> bool:
+    return isinstance(v, torch.Tensor)
+
+
+def _scalar(v) -> float:
+    return float(v.item()) if _is_tensor(v) else float(v)
+
+
+def ties_within(v: torch.Tensor, dv: torch.Tensor, near_tie: float, qmin, qmax) -> torch.Tensor:
+    """How many grid steps the half-up rounding of a value in ``[v - dv, v + dv]`` (widened by
+    ``near_tie``), saturated to ``[qmin, qmax]``, can differ from that of ``v``: the ties (x.5)
+    within reach."""
+
+    def q(x):
+        return torch.floor(x + 0.5).clamp(float(qmin), float(qmax))
+
+    mid = q(v)
+    return torch.maximum(q(v + dv + near_tie) - mid, mid - q(v - dv - near_tie))
+
+
+def table_delta(codes: torch.Tensor, dcodes: torch.Tensor, table: torch.Tensor, lshift: int):
+    """The largest change of an int16 lookup (``int16_table.table_lookup``) over the input codes
+    within ``dcodes`` of ``codes``. The table is linear between its knots (every 128 codes), so
+    over an interval its extremes lie at the ends or at the knots inside; past two segments the
+    whole table's span bounds it."""
+    from ethosu_ng.numerics.int16_table import INT16_MAX, INT16_MIN, table_lookup
+
+    reach = torch.ceil(dcodes).to(torch.int64)
+    lo = (codes - reach).clamp(INT16_MIN, INT16_MAX)
+    hi = (codes + reach).clamp(INT16_MIN, INT16_MAX)
+    here = table_lookup(codes, table, lshift)
+    worst = torch.zeros_like(here)
+    points = [lo, hi]
+    first_knot = ((lo - INT16_MIN + 127) // 128) * 128 + INT16_MIN
+    for k in range(2):
+        knot = first_knot + 128 * k
+        points.append(torch.where(knot <= hi, knot, hi).clamp(INT16_MIN, INT16_MAX))
+    for p in points:
+        worst = torch.maximum(worst, (table_lookup(p, table, lshift) - here).abs())
+    # Farther: the whole table's span (its extremes are at knots).
+    knots = torch.arange(INT16_MIN, INT16_MAX + 2, 128).clamp(max=INT16_MAX)
+    every = table_lookup(knots, table, lshift)
+    span = every.max() - every.min()
+    worst = torch.where(hi - lo > 256, span, worst)
+    return worst.to(torch.float64)
+
+
+class TieBound:
+    """Per node, the delta of ``_Lockstep``'s value (see the module docstring). ``step``:
+    called by the hardware reading's interpreter after each node with its arguments and
+    result."""
+
+    def __init__(self, near_tie: float):
+        self.near_tie = near_tie
+        self.delta: dict = {}
+
+    def of(self, v) -> Optional[torch.Tensor]:
+        if isinstance(v, torch.fx.Node):
+            return self.delta.get(v)
+        return None
+
+    def _d(self, arg, value) -> torch.Tensor:
+        """The delta of ``arg`` (an input node) as a tensor the shape of its ``value``."""
+        d = self.of(arg)
+        if d is None:
+            if _is_tensor(value):
+                return torch.zeros(value.shape, dtype=torch.float64)
+            return torch.zeros((), dtype=torch.float64)
+        return d
+
+    def step(self, node: torch.fx.Node, values: list, result, table=None) -> None:
+        """``values``: the node's arguments as the exact evaluation has them (float64 tensors,
+        integer tensors, scalars), in the order of ``node.args``; ``table``: (codes, table,
+        lshift, input scale, output scale) when the hardware reading evaluated ``node`` as an
+        int16 lookup."""
+        name = op_name(node.target)
+        args = node.args
+        ds = [self._d(a, v) if _is_tensor(v) else None for a, v in zip(args, values)]
+        if name in QUANTIZE_OPS:
+            self.delta[node] = self._quantize(name, values, values[0], ds[0])
+        elif name in DEQUANTIZE_OPS:
+            self.delta[node] = self._dequantize(name, values, ds[0], values[0])
+        elif table is not None:
+            codes, tab, lshift, in_scale, out_scale = table
+            dcodes = ds[0] / in_scale
+            self.delta[node] = table_delta(codes, dcodes, tab, lshift) * out_scale
+        elif name in _REARRANGE:
+            if name == "aten.cat.default":
+                parts = [self._d(a, v) for a, v in zip(args[0], values[0])]
+                self.delta[node] = torch.cat(parts, *values[1:])
+            else:
+                self.delta[node] = node.target(ds[0], *values[1:], **node.kwargs).to(torch.float64)
+        elif name in _ONE_LIPSCHITZ:
+            self.delta[node] = ds[0]
+        elif name in _WINDOW_MAX:
+            out = node.target(ds[0], *values[1:], **node.kwargs)
+            self.delta[node] = (out[0] if isinstance(out, tuple) else out).to(torch.float64)
+        elif name in _LINEAR_IN_INPUT:
+            self.delta[node] = node.target(ds[0], *values[1:], **node.kwargs).abs()
+        elif name in ("aten.add.Tensor", "aten.sub.Tensor"):
+            alpha = abs(float(node.kwargs.get("alpha", 1)))
+            a = ds[0] if ds[0] is not None else torch.zeros(())
+            b = ds[1] if len(ds) > 1 and ds[1] is not None else torch.zeros(())
+            self.delta[node] = (a + alpha * b).expand(result.shape).to(torch.float64)
+        elif name in ("aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor"):
+            self.delta[node] = self._product(name, values, ds, result)
+        elif name in ("aten.linear.default", "aten.convolution.default"):
+            if any(d is not None and bool((d > 0).any()) for d in ds[1:]):
+                raise Unbounded(f"{name} with uncertain weights")
+            w = values[1].abs()
+            rest = list(values[3:]) if name == "aten.convolution.default" else []
+            out = node.target(ds[0], w, None, *rest)
+            self.delta[node] = out.to(torch.float64)
+        elif name in ("aten.bmm.default", "aten.mm.default", "aten.matmul.default"):
+            a, b = values[0].abs(), values[1].abs()
+            da, db = ds[0], ds[1]
+            self.delta[node] = node.target(a, db) + node.target(da, b) + node.target(da, db)
+        else:
+            raise Unbounded(f"no rounding-sensitivity rule for {name}")
+
+    def _quantize(self, name, args, x, dx) -> torch.Tensor:
+        """Integer steps (the zero point cancels in a difference)."""
+        if name in QUANTIZE_PER_TENSOR_OPS:
+            scale, qmin, qmax = _scalar(args[1]), args[3], args[4]
+            return ties_within(x / scale, dx / scale, self.near_tie, qmin, qmax)
+        scales, _zps, axis, qmin, qmax = args[1:6]
+        shape = [1] * x.dim()
+        shape[axis] = -1
+        s = scales.to(torch.float64).view(shape)
+        return ties_within(x / s, dx / s, self.near_tie, qmin, qmax)
+
+    @staticmethod
+    def _dequantize(name, args, dq, q) -> torch.Tensor:
+        if name in DEQUANTIZE_PER_TENSOR_OPS:
+            return dq * _scalar(args[1])
+        scales, _zps, axis = args[1:4]
+        shape = [1] * q.dim()
+        shape[axis] = -1
+        return dq * scales.to(torch.float64).view(shape)
+
+    @staticmethod
+    def _product(name, values, ds, result) -> torch.Tensor:
+        a, b = values[0], values[1] if len(values) > 1 else None
+        da, db = ds[0], ds[1] if len(ds) > 1 else None
+        if not _is_tensor(b):
+            return (da * abs(float(b))).expand(result.shape)
+        if name == "aten.div.Tensor":
+            if db is not None and bool((db > 0).any()):
+                raise Unbounded("a division by an uncertain value")
+            return (da / b.abs()).expand(result.shape)
+        a_abs = a.abs() if _is_tensor(a) else torch.tensor(abs(float(a)), dtype=torch.float64)
+        da = da if da is not None else torch.zeros(())
+        db = db if db is not None else torch.zeros(())
+        return (a_abs * db + b.abs() * da + da * db).expand(result.shape).to(torch.float64)
