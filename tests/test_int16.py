@@ -225,8 +225,9 @@ def test_int16_table_lookup_is_tosa_table_and_rescale_on_every_input(seed, shift
 
 
 def test_a_planted_wrong_int16_table_is_caught(monkeypatch):
-    """The hardware reading evaluates lookups from the table upstream builds, not from the TOSA
-    graph: a TOSA graph whose table is off (every entry +40) is a deviation."""
+    """A TOSA graph whose table is off (every entry +40) is a deviation: its tables are
+    compared with the lookups the partition asks for, and the hardware reading evaluates lookups
+    from the table upstream builds, not from the TOSA graph."""
     import ethosu_ng.compiler.pipeline as pipeline
     from ethosu_ng.compiler.verify_lowering import LoweringDeviation
     from ethosu_ng.tosa_optimize import graph as tosa_graph
@@ -248,7 +249,7 @@ def test_a_planted_wrong_int16_table_is_caught(monkeypatch):
     q = quantize(
         Block("gelu", 8).eval(), batches[0], spec, calibration=batches, activation_dtype=torch.int16
     )
-    with pytest.raises(LoweringDeviation, match="differs from the quantized partition"):
+    with pytest.raises(LoweringDeviation, match="int16 lookup is not the quantized partition's"):
         lower(q, batches[0], spec)
 
 
@@ -344,9 +345,9 @@ def _partitions_as_quantized(monkeypatch):
     seen = []
     real = verify_lowering.start_exact
 
-    def start_exact(gm, reference, inputs):
+    def start_exact(gm, reference, inputs, **kwargs):
         seen.append((gm, reference, inputs))
-        return real(gm, reference, inputs)
+        return real(gm, reference, inputs, **kwargs)
 
     monkeypatch.setattr(verify_lowering, "start_exact", start_exact)
 

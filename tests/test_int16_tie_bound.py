@@ -193,3 +193,75 @@ def test_an_a16w8_encoder_lowers_to_one_partition_on_ethos_u85():
     io = lowered.meta["_delegate_info_meta"]
     assert io.lowering_verification.status == "verified", io.lowering_verification
     assert io.npu_verification.status == "verified", io.npu_verification
+
+
+def _one_entry_off(pipeline, monkeypatch):
+    """Lower every partition with each int16 TABLE's entry 100 one step off."""
+    from ethosu_ng.tosa_optimize import graph as tosa_graph
+
+    real = pipeline.upstream.lower_to_tosa
+
+    def off_by_one(*a, **k):
+        g = tosa_graph.read(real(*a, **k))
+        for op in g.ops:
+            if op.op == "TABLE" and g.tensors[op.inputs[0]].dtype == "INT16":
+                t = g.tensors[op.inputs[1]]
+                vals = np.frombuffer(bytes(t.data), np.int16).astype(np.int32)
+                vals[100] += 1 if vals[100] < 32767 else -1
+                t.data = list(vals.astype(np.int16).tobytes())
+        return tosa_graph.write(g)
+
+    monkeypatch.setattr(pipeline.upstream, "lower_to_tosa", off_by_one)
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    kind=st.sampled_from(["sigmoid", "tanh", "gelu", "exp", "reciprocal", "rsqrt", "layernorm"]),
+    target=st.sampled_from(["ethos-u55-128", "ethos-u85-256"]),
+    tokens=st.integers(2, 6),
+    dim=st.sampled_from([8, 16]),
+    spread=st.sampled_from([0.05, 1.0, 8.0]),
+    planted=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_the_graphs_int16_tables_are_compared_entry_for_entry(
+    monkeypatch, kind, target, tokens, dim, spread, planted, seed
+):
+    """Every int16 TABLE of the TOSA graph is compared with the lookup the quantized partition
+    asks for (its op at its qparams), entry for entry and with the rescale after it: the graphs
+    upstream lowers verify with every table checked, and one entry one step off is a deviation
+    naming the table, over lookups, targets, widths and input scales."""
+    import ethosu_ng.compiler.pipeline as pipeline
+    from ethosu_ng.compiler.verify_lowering import LoweringDeviation
+
+    if planted:
+        _one_entry_off(pipeline, monkeypatch)
+    g = torch.Generator().manual_seed(seed)
+    model = Unary(kind, dim).eval()
+    batches = [(torch.randn(1, tokens, dim, generator=g) * spread,) for _ in range(2)]
+    spec = EthosUNGCompileSpec(target, strict=True)
+    q = quantize(model, batches[0], spec, calibration=batches, activation_dtype=torch.int16)
+    if planted:
+        with pytest.raises(LoweringDeviation, match=r"TABLE of \w+: 1 of 513 entries differ"):
+            lower(q, batches[0], spec)
+        return
+    edge, _ = lower(q, batches[0], spec)
+    gm = edge.exported_program().graph_module
+    (lowered,) = [getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
+    verdict = lowered.meta["_delegate_info_meta"].lowering_verification
+    assert verdict.status == "verified" and verdict.tables_checked >= 1, verdict
+
+
+def test_a_table_one_entry_off_is_a_deviation_naming_it(monkeypatch):
+    """The fast case of the property above: an int16 sigmoid on ethos-u85-256."""
+    import ethosu_ng.compiler.pipeline as pipeline
+    from ethosu_ng.compiler.verify_lowering import LoweringDeviation
+
+    _one_entry_off(pipeline, monkeypatch)
+    x = (torch.linspace(-3, 3, 16).reshape(1, 2, 8),)
+    spec = EthosUNGCompileSpec("ethos-u85-256", strict=True)
+    model = Unary("sigmoid", 8).eval()
+    q = quantize(model, x, spec, calibration=[x], activation_dtype=torch.int16)
+    with pytest.raises(LoweringDeviation, match=r"TABLE of aten_sigmoid_default: 1 of 513"):
+        lower(q, x, spec)

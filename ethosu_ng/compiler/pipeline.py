@@ -177,7 +177,7 @@ def _start_checks(p: _Pending, tosa: bytes, spec: EthosUNGCompileSpec) -> None:
             replace(d, dim_order=npu_dim_order(d, t) or d.dim_order)
             for d, t in zip(spec_inputs, tosa_ins)
         ]
-        p.exact = verify_lowering.start_exact(p.quantized, p.reference, laid_out)
+        p.exact = verify_lowering.start_exact(p.quantized, p.reference, laid_out, tosa=tosa)
 
 
 def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:

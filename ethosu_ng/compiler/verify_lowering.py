@@ -66,6 +66,8 @@ class LoweringVerdict:
     # int16: largest bound on how far near ties move the hardware reading (numerics.tie_bound);
     # -1 when the partition has an op the bound does not model
     hardware_tie_bound: int = 0
+    # int16: the TOSA graph's lookup tables compared entry for entry with the partition's
+    tables_checked: int = 0
     output: Optional[int] = None
     seconds: float = 0.0  # on the compile's critical path
     exact_seconds: float = 0.0  # the exact evaluation's own time, beside Vela
@@ -173,12 +175,13 @@ def _farthest(base, readings):
 
 
 def start_exact(
-    gm, reference: Optional[Reference], inputs: Sequence[TensorSpec]
+    gm, reference: Optional[Reference], inputs: Sequence[TensorSpec], *, tosa: bytes = b""
 ) -> Optional[Future]:
     """Evaluate the quantized partition ``gm`` exactly on ``reference``'s full-range samples
     (``inputs``: the specs that lay each sample out, with the NPU dim order), in a thread. The
-    result is ``_exact_all``'s and the function that evaluates other samples the same way (the
-    reference's fallback range)."""
+    result is ``_exact_all``'s, the function that evaluates other samples the same way (the
+    reference's fallback range), and, for an int16 partition, where the TOSA graph ``tosa``'s
+    lookup tables are not the ones ``gm`` asks for (``int16_table.table_mismatches``)."""
     if gm is None or reference is None:
         return None
 
@@ -187,8 +190,15 @@ def start_exact(
             gm, [[_logical(a, s) for a, s in zip(sample, inputs)] for sample in samples]
         )
 
+    def tables():
+        from ethosu_ng.numerics.int16_table import graph_tables, table_mismatches
+
+        if not tosa or not _has_int16(gm):
+            return 0, []
+        return len(graph_tables(tosa)), table_mismatches(gm, tosa)
+
     samples = reference.samples
-    return _EXACT_POOL.submit(lambda: (*evaluate(samples), samples, evaluate))
+    return _EXACT_POOL.submit(lambda: (*evaluate(samples), samples, evaluate, tables()))
 
 
 def _npu(t: torch.Tensor, spec: TensorSpec) -> np.ndarray:
@@ -222,15 +232,24 @@ def verify(
     except Exception as e:  # noqa: BLE001 - a graph the reference rejects cannot be checked
         return LoweringVerdict("skipped", f"TOSA reference model: {type(e).__name__}: {e}")
     try:
-        exact_runs, exact_s, exact_cpu, evaluated, evaluate = exact.result()
+        exact_runs, exact_s, exact_cpu, evaluated, evaluate, tables = exact.result()
         if evaluated is not reference.samples:
             # The reference ran a fallback range: evaluate that pair (on the critical path).
             exact_runs, more_s, more_cpu = evaluate(reference.samples)
             exact_s, exact_cpu = exact_s + more_s, exact_cpu + more_cpu
     except Exception as e:  # noqa: BLE001 - an op the exact evaluation cannot run
         return LoweringVerdict("skipped", f"exact evaluation: {type(e).__name__}: {e}")
+    checked, mismatches = tables
+    if mismatches:
+        raise LoweringDeviation(
+            name,
+            spec.target,
+            "TOSA graph's int16 lookup is not the quantized partition's",
+            "; ".join(mismatches),
+        )
     verdict = LoweringVerdict(
         "verified",
+        tables_checked=checked,
         exact_seconds=exact_s,
         exact_cpu_seconds=exact_cpu,
         reference_cpu_seconds=reference_cpu,

@@ -17,6 +17,7 @@ import copy
 import math
 from typing import Optional
 
+import numpy as np
 import torch
 
 INT16_MIN, INT16_MAX = -32768, 32767
@@ -170,4 +171,70 @@ def with_int48_requantization(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             scaled = graph.call_function(torch.ops.aten.add.Tensor, tuple(terms))
         q.replace_input_with(acc, scaled)
     out.recompile()
+    return out
+
+
+def graph_tables(tosa: bytes) -> dict:
+    """The int16 lookups a TOSA graph holds: {the FX node a TABLE was lowered from: (its 513
+    entries, the power-of-two scale of the RESCALE after it, or None when that is not a single
+    power-of-two RESCALE)}. Upstream names a table's constant after its node
+    (``b_<node>_table_constant``)."""
+    from ethosu_ng.tosa_optimize import graph as tosa_graph
+
+    g = tosa_graph.read(tosa)
+    consumers = g.consumers()
+    found = {}
+    for op in g.ops:
+        if op.op != "TABLE" or g.tensors[op.inputs[0]].dtype != "INT16":
+            continue
+        name = op.inputs[1]
+        if not (name.startswith("b_") and name.endswith("_table_constant")):
+            continue
+        entries = g.const_array(name)
+        if entries is None:
+            continue
+        after = consumers.get(op.outputs[0], [])
+        scale = None
+        if len(after) == 1 and after[0].op == "RESCALE":
+            m, s = (g.const_array(t) for t in after[0].inputs[1:3])
+            if m is not None and s is not None and m.size == 1 and s.size == 1:
+                scale = math.ldexp(int(m.reshape(-1)[0]), -int(s.reshape(-1)[0]))
+        found[name[2 : -len("_table_constant")]] = (entries.reshape(-1).astype(np.int64), scale)
+    return found
+
+
+def table_mismatches(gm: torch.fx.GraphModule, tosa: bytes) -> list:
+    """Where an int16 TABLE of the TOSA graph is not the lookup the quantized partition ``gm``
+    asks for (its op and qparams): one line per table that differs, naming the node, the first
+    entry off and by how much, or the RESCALE after it. A table whose node ``gm`` does not hold
+    is not compared."""
+    from ethosu_ng.adapters.arm import int16_table
+    from ethosu_ng.numerics.op_numerics import _per_tensor_qparams
+
+    nodes = {n.name: n for n in gm.graph.nodes}
+    out = []
+    for name, (entries, scale) in graph_tables(tosa).items():
+        n = nodes.get(name)
+        users = list(n.users) if n is not None else []
+        qin = _per_tensor_qparams(n.args[0]) if n is not None and n.args else None
+        qout = _per_tensor_qparams(users[0]) if len(users) == 1 else None
+        if qin is None or qout is None:
+            continue
+        wanted = int16_table(n, qin[:4], qout[:4])
+        if wanted is None:
+            continue
+        table, lshift = wanted
+        want = table.to(torch.int64).numpy()
+        if entries.shape != want.shape:
+            out.append(f"TABLE of {name}: {entries.size} entries, expected {want.size}")
+            continue
+        off = np.flatnonzero(entries != want)
+        if off.size:
+            i = int(off[0])
+            out.append(
+                f"TABLE of {name}: {off.size} of 513 entries differ from its function at its "
+                f"qparams (entry {i}: {int(entries[i])}, expected {int(want[i])})"
+            )
+        if scale != math.ldexp(1.0, lshift):
+            out.append(f"TABLE of {name}: rescaled by {scale} after it, expected 2**{lshift}")
     return out
