@@ -817,7 +817,7 @@ def main(argv: Optional[Sequence[str]] = None, default_results: str = DEFAULT_RE
     ap.add_argument(
         "--expect",
         default="pass,xfail,not_delegated",
-        help="upstream expectations to run (pass,xfail,not_delegated,skip)",
+        help="upstream expectations to run, or to table (pass,xfail,not_delegated,skip)",
     )
     ap.add_argument("--order", choices=("file", "spread"), default="spread")
     ap.add_argument(
@@ -834,7 +834,8 @@ def main(argv: Optional[Sequence[str]] = None, default_results: str = DEFAULT_RE
         results = load_results(args.results).values()
         if ops:
             results = [r for r in results if r["op"] in ops or r["file"] in ops]
-        results = [r for r in results if r["target"] in targets]
+        expects = args.expect.split(",")
+        results = [r for r in results if r["target"] in targets and r["expect"] in expects]
         print(table(results))
         print()
         for cls, n, key, why in failure_classes(results):
