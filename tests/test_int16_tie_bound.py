@@ -131,8 +131,8 @@ def _hardware_reading_contains_tosa(monkeypatch, kind, target, tokens, dim, spre
             assert hardware is not None and hardware.tie_bounds is not None, kind
             for j, (got, s) in enumerate(zip(got_all, outputs)):
                 reading = verify_lowering._npu(hardware.saturated[j], s)
-                reach = hardware.tie_bounds[j].expand(hardware.saturated[j].shape)
-                reach = verify_lowering._npu(torch.ceil(reach), s)
+                reach = torch.ceil(hardware.tie_bounds[j].expand(hardware.saturated[j].shape))
+                reach = verify_lowering.logical_to_npu(reach.to(torch.int64), s).reshape(-1)
                 got = np.asarray(got).reshape(-1).astype(np.int64)
                 off = np.abs(got - reading) - (verify_lowering.LSB_TOLERANCE + reach)
                 assert int(off.max()) <= 0, (

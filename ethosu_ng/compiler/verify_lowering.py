@@ -293,8 +293,10 @@ def verify(
                     verdict.hardware_tie_bound = -1
                 else:
                     saturated = hardware.saturated[j]
-                    reach = hardware.tie_bounds[j].expand(saturated.shape)
-                    reach = _npu(torch.ceil(reach).clamp(max=1 << 20), s)
+                    # Steps, not values: up to the dtype's whole span, so not clamped to it.
+                    reach = torch.ceil(hardware.tie_bounds[j].expand(saturated.shape))
+                    reach = logical_to_npu(reach.clamp(max=1 << 20).to(torch.int64), s)
+                    reach = reach.reshape(-1)
                     verdict.hardware_tie_bound = max(verdict.hardware_tie_bound, int(reach.max()))
                     right = np.abs(got - _npu(saturated, s)) <= step + reach
             tol = step + amplified
