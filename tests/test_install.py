@@ -12,7 +12,6 @@ from the wheel. Slow: the wheel build compiles the runtime (docs/packaging.md ha
 import os
 import subprocess
 import sys
-import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -69,10 +68,11 @@ def test_a_wheel_installed_without_the_source_tree_runs_a_pte(tmp_path):
     _run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q", wheel])
     site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
     site = site.strip()
-    # This environment's packages (torch, executorch, ...) as a plain path entry: its .pth files,
-    # the editable ethosu_ng among them, are not read there, and the venv's own site comes first.
-    here = sysconfig.get_paths()["purelib"]
-    Path(site, "_this_env.pth").write_text(here + "\n")
+    # This environment's packages (torch, executorch, ...) as plain path entries: their .pth
+    # files, the editable ethosu_ng's among them, are not read there, and the venv's own site
+    # comes first.
+    here = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    Path(site, "_this_env.pth").write_text("\n".join(here) + "\n")
 
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
