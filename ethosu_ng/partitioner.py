@@ -270,6 +270,9 @@ class EthosUNGPartitioner(Partitioner):
                 if round_ == _MAX_FALLBACK_ROUNDS:
                     raise _gave_up(failures[0][1], round_, report.compiler_fallback)
                 for part, error in failures:
+                    logger.info(
+                        "fallback round %d: searching the culprit of: %s", round_ + 1, error
+                    )
                     for c in search.culprits(part, error):
                         kind = " (an op of the same kind)" if c.known == "kind" else ""
                         if isinstance(c.error, LoweringError):

@@ -47,6 +47,7 @@ Error Model::op_dma() {
                   static_cast<unsigned long>(shram_.size()));
     }
     std::memmove(shram_.data() + dst, s, len);
+    note_span(-1, shram_.data() + dst, len, true);
   } else {
     uint8_t* d;
     e = region_span(dst_reg & 0xff, dst, len, true, "DMA destination", &d);

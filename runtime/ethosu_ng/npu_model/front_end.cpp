@@ -219,6 +219,7 @@ Error Model::run(const uint8_t* payload, size_t size) {
                         static_cast<unsigned>(i), static_cast<unsigned>(cfg), macs);
           }
           u85_ = true;
+          dma_in_flight_cap_ = 4; // regor EthosU85 MaxOutstandingDMAOps
           macs_per_cc_log2_ = macs;
           // The internal memory DMA can write is the 2 KiB LUT memory (8
           // slots of 256 bytes, regor ArchEthosU85 LUT_SLOT_SIZE).
@@ -236,6 +237,8 @@ Error Model::run(const uint8_t* payload, size_t size) {
                       macs, shram_kb);
         }
         macs_per_cc_log2_ = macs;
+        // Vela's max_outstanding_dma: Ethos-U55 1, Ethos-U65 (product 1) 2.
+        dma_in_flight_cap_ = product == 1 ? 2 : 1;
         shram_.assign(static_cast<size_t>(shram_kb) * 1024, 0);
         have_config = true;
         i += 3;
@@ -282,6 +285,8 @@ Error Model::run(const uint8_t* payload, size_t size) {
 
 Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_index) {
   in_stream_ = true;
+  dma_in_flight_.clear(); // the driver starts a stream on an idle NPU
+  kernels_in_flight_.clear();
   size_t i = 0;
   size_t index = first_index;
   while (i < nwords) {
@@ -335,29 +340,41 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
             in_stream_ = false;
             return Error::Ok;
           case OP_IRQ:
+          case OP_PMU_MASK:
+            break;
           case OP_DMA_WAIT:
           case OP_KERNEL_WAIT:
-          case OP_PMU_MASK:
+            wait_for(op == OP_DMA_WAIT, param);
             break;
           case OP_CONV:
           case OP_DEPTHWISE:
+            begin_access();
             e = u85_check_acc(false);
             e = e == Error::Ok ? u85_conv(op == OP_DEPTHWISE) : e;
+            e = e == Error::Ok ? end_access(false) : e;
             break;
           case OP_POOL:
+            begin_access();
             e = u85_check_acc(true);
             e = e == Error::Ok ? u85_pool() : e;
+            e = e == Error::Ok ? end_access(false) : e;
             break;
           case OP_ELEMENTWISE:
+            begin_access();
             e = u85_check_acc(false);
             e = e == Error::Ok ? u85_elementwise() : e;
+            e = e == Error::Ok ? end_access(false) : e;
             break;
           case U85_OP_RESIZE:
+            begin_access();
             e = u85_check_acc(false);
             e = e == Error::Ok ? u85_resize() : e;
+            e = e == Error::Ok ? end_access(false) : e;
             break;
           case OP_DMA_START:
+            begin_access();
             e = op_dma();
+            e = e == Error::Ok ? end_access(true) : e;
             break;
           default:
             r0_[op] = param;
@@ -374,31 +391,38 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
           in_stream_ = false;
           return Error::Ok;
         case OP_IRQ:
+        case OP_PMU_MASK:
+          break;
         case OP_DMA_WAIT:
         case OP_KERNEL_WAIT:
-        case OP_PMU_MASK:
-          // Synchronisation and profiling: the model runs every command to
-          // completion in order, so there is nothing to wait for.
+          // The model runs every command to completion in order; the waits bound which
+          // commands may still run beside the next one (the hazard check).
+          wait_for(op == OP_DMA_WAIT, param);
           break;
         case OP_CONV:
-          e = check_acc_format();
-          e = e == Error::Ok ? op_conv(false) : e;
-          break;
         case OP_DEPTHWISE:
+          begin_access();
           e = check_acc_format();
-          e = e == Error::Ok ? op_conv(true) : e;
+          e = e == Error::Ok ? op_conv(op == OP_DEPTHWISE) : e;
+          e = e == Error::Ok ? end_access(false) : e;
           break;
         case OP_POOL:
+          begin_access();
           e = check_acc_format();
           e = e == Error::Ok ? op_pool() : e;
+          e = e == Error::Ok ? end_access(false) : e;
           break;
         case OP_ELEMENTWISE:
+          begin_access();
           e = check_acc_format();
           e = e == Error::Ok ? op_elementwise() : e;
+          e = e == Error::Ok ? end_access(false) : e;
           break;
         case OP_DMA_START:
+          begin_access();
           e = check_u55_cmd0(op, param);
           e = e == Error::Ok ? op_dma() : e;
+          e = e == Error::Ok ? end_access(true) : e;
           break;
         default:
           e = check_u55_cmd0(op, param);
@@ -544,7 +568,107 @@ Error Model::region_span(int region, uint64_t addr, uint64_t len, bool write, co
                 region, static_cast<unsigned long>(size));
   }
   *out = base + addr;
+  note_span(region, *out, len, write);
   return Error::Ok;
+}
+
+// ------------------------------------------------------------- hazards
+void Model::begin_access() {
+  touched_.clear();
+  for (auto& slot : hull_) {
+    for (auto& tile : slot) {
+      tile[0] = UINTPTR_MAX;
+      tile[1] = 0;
+    }
+  }
+}
+
+void Model::note_span(int region, const uint8_t* p, uint64_t len, bool write) {
+  if (len > 0) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    touched_.push_back({a, a + static_cast<uintptr_t>(len), region, write});
+  }
+}
+
+void Model::wait_for(bool dma, uint16_t keep) {
+  std::deque<InFlight>& q = dma ? dma_in_flight_ : kernels_in_flight_;
+  while (q.size() > keep) {
+    q.pop_front();
+  }
+}
+
+Error Model::end_access(bool dma) {
+  std::vector<Span> spans = touched_;
+  for (int slot = 0; slot < 3; ++slot) {
+    for (const auto& tile : hull_[slot]) {
+      if (tile[0] < tile[1]) {
+        spans.push_back({tile[0], tile[1], hull_region_[slot], slot == 2});
+      }
+    }
+  }
+  if (!dma) {
+    // Internal memory, as regor's EthosU55RCSGenerator / EthosU85RCSGenerator track it: a
+    // kernel with a lookup table reads its table (256 bytes for an 8-bit OFM, 1024 for 32-bit,
+    // 2048 for 16-bit); an Ethos-U55/U65 SHRAM of at most 16 banks reserves none for tables,
+    // so every kernel's accumulators may overwrite all of it.
+    const uintptr_t shram = reinterpret_cast<uintptr_t>(shram_.data());
+    const bool uses_lut = u85_ ? u85_lut_fn_ != kLutNone : lut_index_ >= 0;
+    if (uses_lut) {
+      const int bits = u85_ ? (u85_lut_fn_ == kLutS16S16 ? 16 : 8) : lut_bits_;
+      const size_t size = bits == 16 ? 2048 : bits == 32 ? 1024 : 256;
+      const size_t at = u85_ ? static_cast<size_t>(lut_index_) * size
+                             : shram_.size() - kLutAreaBytes + static_cast<size_t>(lut_index_) * 256;
+      spans.push_back({shram + at, shram + at + size, -1, false});
+    }
+    if (!u85_ && shram_.size() <= 16 * 1024) {
+      spans.push_back({shram, shram + shram_.size(), -1, true});
+    }
+  }
+  const std::deque<InFlight>& other = dma ? kernels_in_flight_ : dma_in_flight_;
+  for (const InFlight& f : other) {
+    for (const Span& a : spans) {
+      for (const Span& b : f.spans) {
+        if ((a.write || b.write) && a.lo < b.hi && b.lo < a.hi) {
+          const uintptr_t lo = a.lo > b.lo ? a.lo : b.lo;
+          const uintptr_t hi = a.hi < b.hi ? a.hi : b.hi;
+          const uintptr_t base = a.region < 0 ? reinterpret_cast<uintptr_t>(shram_.data())
+                                              : reinterpret_cast<uintptr_t>(region_base(a.region));
+          char where[48];
+          if (a.region < 0) {
+            snprintf(where, sizeof(where), "internal memory");
+          } else {
+            snprintf(where, sizeof(where), "region %d", a.region);
+          }
+          return fail(Error::InvalidProgram,
+                      "hazard: it %s bytes [0x%llx, 0x%llx) of %s, which command %lu (%s), "
+                      "still in flight, %s (no %s between them)",
+                      a.write ? "writes" : "reads", static_cast<unsigned long long>(lo - base),
+                      static_cast<unsigned long long>(hi - base), where,
+                      static_cast<unsigned long>(f.cmd), f.name, b.write ? "writes" : "reads",
+                      dma ? "NPU_OP_KERNEL_WAIT" : "NPU_OP_DMA_WAIT");
+        }
+      }
+    }
+  }
+  std::deque<InFlight>& mine = dma ? dma_in_flight_ : kernels_in_flight_;
+  mine.push_back({cmd_index_, cmd_name_, std::move(spans)});
+  while (mine.size() > (dma ? dma_in_flight_cap_ : kMaxKernelsInFlight)) {
+    mine.pop_front();
+  }
+  return Error::Ok;
+}
+
+const uint8_t* Model::region_base(int region) const {
+  switch (region) {
+    case 0:
+      return regions_.weights;
+    case 1:
+      return regions_.scratch;
+    case 2:
+      return regions_.fast_scratch;
+    default:
+      return nullptr;
+  }
 }
 
 // Reads the registers of one feature map. IFM/IFM2 extents are set by the
@@ -661,6 +785,7 @@ Error Model::element_ptr(const FeatureMap& f, int y, int x, int c, bool write, u
   if (!overflow && f.mem != nullptr && addr >= 0 &&
       static_cast<uint64_t>(addr) + static_cast<uint64_t>(f.esize) <= f.mem_size) {
     *p = f.mem + static_cast<size_t>(addr);
+    note_element(f, t, write, *p);
     return Error::Ok;
   }
   char what[96];
@@ -847,6 +972,7 @@ Error Model::output_setup(const FeatureMap& ofm) {
     return fail(Error::InvalidProgram, "OFM_PRECISION 0x%04x: reserved rounding mode 3", prec);
   }
   lut_index_ = -1;
+  lut_bits_ = ofm.bits;
   if (fn >= 16 && fn <= 23) {
     lut_index_ = fn - 16;
   } else if (fn != 0) {

@@ -12,9 +12,11 @@
 #include <ethosu_ng/npu_model/registers_u85.h>
 
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <vector>
 
 namespace ethosu_ng {
@@ -249,9 +251,51 @@ class Model {
   // Decoded output stage of the current operation.
   int64_t act_lo_ = 0, act_hi_ = 0;
   int lut_index_ = -1;
+  int lut_bits_ = 8; // Ethos-U55/U65: the current operation's OFM bits (its table's entry size)
   // Ethos-U85 LUT function of the current operation (ACTIVATION bits 0..4).
   int u85_lut_fn_ = 0;
   int ofm_round_ = 0;
+
+  // ---- hazards
+  // The model runs each command to completion in order; the NPU does not: a DMA runs beside
+  // the kernels, and a kernel beside the DMAs, until a DMA_WAIT / KERNEL_WAIT lets at most
+  // `param` of them stay in flight (and the hardware holds at most kMaxKernelsInFlight kernels
+  // and dma_in_flight_cap_ DMAs). A command whose bytes overlap those of a command of the other
+  // kind still in flight, one of the two writing, is a hazard: the stream's answer would
+  // depend on timing. The rule Vela and regor emit their waits by
+  // (register_command_stream_util.get_wait_dependency, EthosU55RCSGenerator AccessTracking).
+  struct Span {
+    uintptr_t lo, hi; // bytes [lo, hi) of the host buffer backing `region`
+    int region;       // 0..2, or -1 for the NPU's internal memory (SHRAM / LUT memory)
+    bool write;
+  };
+  struct InFlight {
+    size_t cmd;
+    const char* name;
+    std::vector<Span> spans;
+  };
+  static constexpr size_t kMaxKernelsInFlight = 2;
+  void begin_access();
+  void note_span(int region, const uint8_t* p, uint64_t len, bool write);
+  // Feature-map elements: the hull of each tile's touched bytes (IFM, IFM2, OFM).
+  void note_element(const FeatureMap& f, int tile, bool write, const uint8_t* p) {
+    const int slot = write ? 2 : (f.name[0] == 'I' && f.name[3] == '2' ? 1 : 0);
+    uintptr_t* h = hull_[slot][tile];
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    h[0] = a < h[0] ? a : h[0];
+    h[1] = a + f.esize > h[1] ? a + f.esize : h[1];
+    hull_region_[slot] = f.region;
+  }
+  // Checks the current command's bytes against the other kind in flight, then puts it in
+  // flight (dma: a DMA_START, else a kernel).
+  Error end_access(bool dma);
+  void wait_for(bool dma, uint16_t keep);
+  const uint8_t* region_base(int region) const;
+  std::vector<Span> touched_;
+  uintptr_t hull_[3][4][2] = {};
+  int hull_region_[3] = {};
+  std::deque<InFlight> dma_in_flight_, kernels_in_flight_;
+  size_t dma_in_flight_cap_ = 1;
 
   bool in_stream_ = false;
   size_t cmd_index_ = 0;
