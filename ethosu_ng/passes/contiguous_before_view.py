@@ -9,11 +9,13 @@ torch.channels_last)`` in the model), they return wrong values silently (a chann
 ``pixel_shuffle`` on the CPU: 222 LSB off) or fail at execute (``permute_copy``: error 0x12).
 Eager PyTorch reads such a view through its strides.
 
-So each such op whose input is not contiguous gets a ``clone`` to the contiguous format first
-(on the CPU, ``_clone_dim_order``, whose kernel converts between dim orders; in a delegate, a
-data-movement op). Where the op's result was itself dense in channels-last (``pixel_shuffle``
-keeps its input's memory format), a clone back to channels-last follows, so the program's
-layout is unchanged. Programs whose tensors are all contiguous are untouched.
+So each such op whose input is not in the contiguous dim order (as ExecuTorch reads it from
+the strides: a tensor whose size-1 dims make it contiguous to torch is still channels-last
+there) gets a ``clone`` to the contiguous format first (on the CPU, ``_clone_dim_order``, whose
+kernel converts between dim orders; in a delegate, a data-movement op). Where the op's result
+was itself channels-last (``pixel_shuffle`` keeps its input's memory format), a clone back to
+channels-last follows, so the program's layout is unchanged. Programs whose tensors are all in
+the contiguous dim order are untouched.
 """
 
 from __future__ import annotations
@@ -47,8 +49,18 @@ REORDERING_OPS = frozenset(
 )
 
 
+def _dim_order(t: torch.Tensor) -> tuple:
+    """The dim order ExecuTorch gives ``t`` (from its strides: a tensor whose size-1 dims make
+    it both contiguous and channels-last to torch is channels-last here when its strides say
+    so)."""
+    try:
+        return tuple(t.dim_order())
+    except (RuntimeError, ValueError):  # strides of no dim order (an expanded view)
+        return tuple(range(t.dim()))
+
+
 def _dense_channels_last(t: torch.Tensor) -> bool:
-    return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)
+    return t.dim() == 4 and _dim_order(t) == (0, 2, 3, 1)
 
 
 def _clone(graph, x: Node, fmt, meta_from: Node) -> Node:
@@ -72,7 +84,7 @@ class ContiguousBeforeViewPass:
             out = node.meta.get("val")
             if not isinstance(val, torch.Tensor) or not isinstance(out, torch.Tensor):
                 continue
-            if val.is_contiguous():
+            if _dim_order(val) == tuple(range(val.dim())):
                 continue
             with graph.inserting_before(node):
                 c = _clone(graph, x, torch.contiguous_format, node)
