@@ -75,6 +75,7 @@ _REARRANGE = {
 # 1-Lipschitz in each element, and elementwise or a max over a window: the same op on the
 # deltas bounds them (for relu-like ops the delta itself does).
 _ONE_LIPSCHITZ = {
+    "aten.abs.default",
     "aten.relu.default",
     "aten.clamp.default",
     "aten.clamp.Tensor",
@@ -193,6 +194,10 @@ class TieBound:
             self.delta[node] = (out[0] if isinstance(out, tuple) else out).to(torch.float64)
         elif name in _LINEAR_IN_INPUT:
             self.delta[node] = node.target(ds[0], *values[1:], **node.kwargs).abs()
+        elif name in ("aten.add.Scalar", "aten.sub.Scalar", "aten.rsub.Scalar"):
+            self.delta[node] = ds[0]
+        elif name in ("aten.maximum.default", "aten.minimum.default"):
+            self.delta[node] = torch.maximum(ds[0], ds[1]).expand(result.shape)
         elif name in ("aten.add.Tensor", "aten.sub.Tensor"):
             alpha = abs(float(node.kwargs.get("alpha", 1)))
             a = ds[0] if ds[0] is not None else torch.zeros(())
