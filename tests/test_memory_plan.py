@@ -2,7 +2,7 @@
 """The memory plan is what the host run uses; the SRAM budget fails the export; --emit-c compiles.
 
 The host run loads the method the way firmware does (``Program::load`` + ``load_method`` over
-fixed pools, ``libethosu_ng_host.so``): pools of exactly the planned sizes run and give the same
+fixed pools, in the extension module): pools of exactly the planned sizes run and give the same
 outputs as the ordinary host run; one byte less in the temp allocator, the method allocator or an
 arena fails at the step that needs it.
 """
