@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // DMA (NPU_OP_DMA_START): 1-D copies between regions and into the internal
-// memory (LUTs). See docs/npu-model.md.
+// memory (LUTs), and Ethos-U85 2D/3D strided copies. See docs/npu-model.md.
 #include <ethosu_ng/npu_model/model.h>
+#include <ethosu_ng/npu_model/registers_u85.h>
 
 #include <algorithm>
+#include <cstdio>
 
 namespace ethosu_ng {
 namespace npu_model {
@@ -17,21 +19,26 @@ Error Model::op_dma() {
   const uint64_t len = a1(SET_DMA0_LEN);
   const uint64_t src = a1(SET_DMA0_SRC);
   const uint64_t dst = a1(SET_DMA0_DST);
-  if (((src_reg >> 9) & 3) != 0 || ((dst_reg >> 9) & 3) != 0) {
+  // Ethos-U85 DMA0_SRC_REGION bits 9..10 select 1D/2D/3D (regor dma_stride_mode);
+  // its DMA0_DST_REGION has those bits reserved. Ethos-U55/U65 keep a stride mode in
+  // both registers (DMA0_SKIP0/1), which the model does not implement.
+  const int stride_mode = (src_reg >> 9) & 3;
+  if (u85_ && ((dst_reg >> 9) & 3) != 0) {
+    return fail(Error::InvalidProgram,
+                "DMA0_DST_REGION 0x%04x: bits 9..10 are reserved on Ethos-U85", dst_reg);
+  }
+  if (u85_ && stride_mode == 3) {
+    return fail(Error::InvalidProgram,
+                "DMA0_SRC_REGION 0x%04x: stride mode 3 is reserved (0 1D, 1 2D, 2 3D)", src_reg);
+  }
+  if (!u85_ && (stride_mode != 0 || ((dst_reg >> 9) & 3) != 0)) {
     return fail(Error::NotSupported,
-                "DMA0_SRC_REGION 0x%04x / DST_REGION 0x%04x: 2D/3D stride modes not modelled",
+                "DMA0_SRC_REGION 0x%04x / DST_REGION 0x%04x: Ethos-U55/U65 2D/3D stride modes "
+                "not modelled",
                 src_reg, dst_reg);
   }
-  if ((src_reg >> 8) & 1) {
-    return fail(Error::NotSupported, "DMA0_SRC_REGION 0x%04x: reads from internal memory",
-                src_reg);
-  }
-  // Ethos-U85: idx_mode (bit 11, gather/scatter) and its LUT memory are not modelled.
-  if (u85_ && (((src_reg | dst_reg) >> 11) & 1)) {
-    return fail(Error::NotSupported,
-                "DMA0_SRC_REGION 0x%04x / DST_REGION 0x%04x: indexed (gather/scatter) DMA not "
-                "modelled",
-                src_reg, dst_reg);
+  if (stride_mode != 0) {
+    return u85_dma_strided(src_reg, dst_reg, stride_mode);
   }
   uint8_t* s;
   Error e = region_span(src_reg & 0xff, src, len, false, "DMA source", &s);
@@ -55,6 +62,79 @@ Error Model::op_dma() {
       return e;
     }
     std::memmove(d, s, len);
+  }
+  if (stats_) {
+    ++stats_->dmas;
+  }
+  return Error::Ok;
+}
+
+// Ethos-U85 2D/3D DMA (regor EthosU85RCSGenerator::GenerateDMA): SIZE1 planes (3D; 1 in
+// 2D) of SIZE0 rows of LEN contiguous bytes. Row r of plane p is read at
+// SRC + p * SRC_STRIDE1 + r * SRC_STRIDE0 and written at DST + p * DST_STRIDE1 +
+// r * DST_STRIDE0, planes outer, rows inner, each row copied before the next. Strides are
+// unsigned byte offsets.
+Error Model::u85_dma_strided(uint16_t src_reg, uint16_t dst_reg, int stride_mode) {
+  const uint64_t len = a1(SET_DMA0_LEN);
+  const uint64_t src = a1(SET_DMA0_SRC);
+  const uint64_t dst = a1(SET_DMA0_DST);
+  const uint64_t rows = p0(SET_DMA0_SIZE0);
+  const uint64_t planes = stride_mode == 2 ? p0(SET_DMA0_SIZE1) : 1;
+  const uint64_t src_row = a1(static_cast<Cmd1>(U85_SET_DMA0_SRC_STRIDE0));
+  const uint64_t dst_row = a1(static_cast<Cmd1>(U85_SET_DMA0_DST_STRIDE0));
+  const uint64_t src_plane = stride_mode == 2 ? a1(static_cast<Cmd1>(U85_SET_DMA0_SRC_STRIDE1)) : 0;
+  const uint64_t dst_plane = stride_mode == 2 ? a1(static_cast<Cmd1>(U85_SET_DMA0_DST_STRIDE1)) : 0;
+  if (rows == 0 || planes == 0) {
+    return fail(Error::InvalidProgram,
+                "%dD DMA with DMA0_SIZE0 %llu, DMA0_SIZE1 %llu: each size must be at least 1",
+                stride_mode + 1, static_cast<unsigned long long>(rows),
+                static_cast<unsigned long long>(planes));
+  }
+  if ((dst_reg >> 8) & 1) {
+    return fail(Error::NotSupported,
+                "DMA0_DST_REGION 0x%04x: %dD DMA into internal memory not modelled", dst_reg,
+                stride_mode + 1);
+  }
+  // rows * planes < 2^32 and len < 2^40, so the byte count is checked by division; each
+  // extent term is below 2^56 and the sums below 2^58.
+  const uint64_t copies = rows * planes;
+  if (len > kMaxElements / copies) {
+    return fail(Error::NotSupported,
+                "%dD DMA of %llu x %llu rows of %llu bytes exceeds the model's limit of %llu bytes",
+                stride_mode + 1, static_cast<unsigned long long>(planes),
+                static_cast<unsigned long long>(rows), static_cast<unsigned long long>(len),
+                static_cast<unsigned long long>(kMaxElements));
+  }
+  const uint64_t src_extent = len == 0 ? 0 : (planes - 1) * src_plane + (rows - 1) * src_row + len;
+  const uint64_t dst_extent = len == 0 ? 0 : (planes - 1) * dst_plane + (rows - 1) * dst_row + len;
+  // The hull of the rows is what region_span checks and notes for the hazard check.
+  char what[160];
+  snprintf(what, sizeof(what),
+           "%dD DMA source (SIZE0 %llu, SIZE1 %llu, LEN %llu, STRIDE0 %llu, STRIDE1 %llu)",
+           stride_mode + 1, static_cast<unsigned long long>(rows),
+           static_cast<unsigned long long>(planes), static_cast<unsigned long long>(len),
+           static_cast<unsigned long long>(src_row), static_cast<unsigned long long>(src_plane));
+  uint8_t* s;
+  Error e = region_span(src_reg & 0xff, src, src_extent, false, what, &s);
+  if (e != Error::Ok) {
+    return e;
+  }
+  snprintf(what, sizeof(what),
+           "%dD DMA destination (SIZE0 %llu, SIZE1 %llu, LEN %llu, STRIDE0 %llu, STRIDE1 %llu)",
+           stride_mode + 1, static_cast<unsigned long long>(rows),
+           static_cast<unsigned long long>(planes), static_cast<unsigned long long>(len),
+           static_cast<unsigned long long>(dst_row), static_cast<unsigned long long>(dst_plane));
+  uint8_t* d;
+  e = region_span(dst_reg & 0xff, dst, dst_extent, true, what, &d);
+  if (e != Error::Ok) {
+    return e;
+  }
+  if (len > 0) {
+    for (uint64_t p = 0; p < planes; ++p) {
+      for (uint64_t r = 0; r < rows; ++r) {
+        std::memmove(d + p * dst_plane + r * dst_row, s + p * src_plane + r * src_row, len);
+      }
+    }
   }
   if (stats_) {
     ++stats_->dmas;
