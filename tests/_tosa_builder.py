@@ -56,11 +56,18 @@ class Builder:
         return self._op("TRANSPOSE", [x], shape, self.dtype(x), {"perms": list(perm)})
 
     def reshape(self, x, shape) -> str:
+        return self._op("RESHAPE", [x, self._const_shape(shape)], shape, self.dtype(x))
+
+    def _const_shape(self, values) -> str:
         s = self._name("shape")
-        vals = np.asarray(shape, dtype="<i8")
+        vals = np.asarray(values, dtype="<i8")
         self.g.shapes[s] = ShapeValue(s, len(vals), list(vals.tobytes()))
         self.g.ops.append(Operator("CONST_SHAPE", [], [s], source=s))
-        return self._op("RESHAPE", [x, s], shape, self.dtype(x))
+        return s
+
+    def slice(self, x, start, size) -> str:
+        inputs = [x, self._const_shape(start), self._const_shape(size)]
+        return self._op("SLICE", inputs, size, self.dtype(x))
 
     def rescale(self, x, out_dtype, multiplier=1 << 30, shift=30, in_zp=0, out_zp=0, channels=0):
         n = channels or 1

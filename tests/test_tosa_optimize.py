@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from _tosa_builder import Builder
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ethosu_ng.tosa_graph import tosa_io, tosa_ops
@@ -27,7 +27,13 @@ from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import (
     is_image_layout_transpose,
 )
 from ethosu_ng.tosa_optimize.rewrites.compose_transposes import ComposeTransposes
+from ethosu_ng.tosa_optimize.rewrites.decompose_transpose import DecomposeTranspose
 from ethosu_ng.tosa_optimize.rewrites.fuse_transpose_chain import fused_permutation, transpose_cost
+from ethosu_ng.tosa_optimize.rewrites.slice_before_transpose import (
+    SliceBeforeTranspose,
+    window_before_transpose,
+    window_through_unit_reshape,
+)
 from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import moves_only_unit_dims
 from ethosu_ng.tosa_optimize.verify import NotBitExact, check_bit_exact
 
@@ -52,12 +58,14 @@ def is_block_swap(shape_perm) -> bool:
 
 def optimised(tosa: bytes, **kw):
     """Optimise, then prove it: same IO, same bits on random inputs, no transpose added but the
-    rank-3 leading-block swaps DecomposeTranspose splits a transpose into."""
+    rank-3 leading-block swaps DecomposeTranspose splits a transpose into (SliceBeforeTranspose's
+    smaller transposes, one per slice, are checked by its own tests)."""
     result = optimize(tosa, **kw)
     assert tosa_io(result.tosa) == tosa_io(tosa)
     before, after = transposes(tosa), transposes(result.tosa)
-    assert len(after) <= len(before) or result.applied.get("DecomposeTranspose")
-    assert sum(not is_block_swap(t) for t in after) <= sum(not is_block_swap(t) for t in before)
+    if not result.applied.get("SliceBeforeTranspose"):  # a smaller transpose per slice
+        assert len(after) <= len(before) or result.applied.get("DecomposeTranspose")
+        assert sum(not is_block_swap(t) for t in after) <= sum(not is_block_swap(t) for t in before)
     check_bit_exact(tosa, result.tosa, trials=2, seed=1)
     return result
 
@@ -498,3 +506,107 @@ def test_a_constant_is_not_split_or_fused():
     b.output(b.binary("ADD", b.rescale(b.input([4, 2, 15]), "INT32"), b.rescale(t, "INT32")))
     result = optimize(b.tosa())
     assert not {"DecomposeTranspose", "FuseTransposeChain"} & set(result.applied)
+
+
+# ---- SliceBeforeTranspose -------------------------------------------------------------------
+
+
+def transposed_elements(tosa: bytes) -> int:
+    return sum(int(np.prod(shape)) for shape, _ in transposes(tosa))
+
+
+@st.composite
+def slices_of_a_transpose(draw):
+    """x -> TRANSPOSE -> [a RESHAPE adding or dropping unit dims] -> 1-3 SLICEs, and maybe a
+    reader that is not a slice."""
+    shape, perm = draw(shape_and_perm(min_rank=2, max_rank=5, dims=(1, 2, 3, 4)))
+    t_shape = _layout.permuted(shape, perm)
+    view = list(t_shape)
+    if draw(st.booleans()):  # drop the unit dims, then insert some
+        view = [d for d in t_shape if d != 1]
+        for _ in range(draw(st.integers(0, 2))):
+            view.insert(draw(st.integers(0, len(view))), 1)
+        view = view or [1]
+    windows = []
+    for _ in range(draw(st.integers(1, 3))):
+        start = [draw(st.integers(0, d - 1)) for d in view]
+        size = [draw(st.integers(1, d - a)) for a, d in zip(start, view)]
+        windows.append((start, size))
+    return shape, perm, view, windows, draw(st.booleans())
+
+
+def _window(a, start, size):
+    return a[tuple(slice(s, s + n) for s, n in zip(start, size))]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(slices_of_a_transpose())
+def test_a_window_of_a_transpose_is_the_transpose_of_a_window(case):
+    """Pure arithmetic, many examples: the window mapped back through the unit-dim view and the
+    permutation, taken from the input and transposed, holds the elements the slice reads."""
+    shape, perm, view, windows, _ = case
+    x = np.arange(int(np.prod(shape))).reshape(shape)
+    t = x.transpose(perm)
+    for start, size in windows:
+        want = _window(t.reshape(view), start, size)
+        x_start, x_size = window_before_transpose(
+            perm, window_through_unit_reshape(t.shape, view, (start, size))
+        )
+        got = _window(x, x_start, x_size).transpose(perm).reshape(want.shape)
+        assert np.array_equal(got, want), (shape, perm, view, start, size)
+
+
+@FAST
+@given(slices_of_a_transpose())
+@example(([2, 3], [1, 0], [3, 2], [([0, 0], [3, 2])], False))  # keeps all: stays
+@example(([2, 3], [1, 0], [1, 3, 2], [([0, 0, 0], [1, 2, 2]), ([0, 1, 0], [1, 2, 2])], False))
+def test_slices_of_a_transpose_become_transposes_of_slices(case):
+    """Bit-exact for every permutation, window and unit-dim view; applied exactly where the
+    transpose goes and fewer elements are moved, and then the transposes move fewer."""
+    shape, perm, view, windows, other_reader = case
+    b = Builder()
+    t = b.transpose(b.input(shape), perm)
+    v = b.reshape(t, view) if view != _layout.permuted(shape, perm) else t
+    for start, size in windows:
+        b.output(b.clamp(b.slice(v, start, size), -50, 50))
+    if other_reader:
+        b.output(b.clamp(t, -9, 9))
+    tosa = b.tosa()
+    # Without the block swaps, so that transposed elements count the bytes moved.
+    result = optimised(tosa, disabled=[DecomposeTranspose])  # bit-exact on the reference model
+    kept = sum(int(np.prod(size)) for _, size in windows)
+    # A transpose that only moves unit dims is a reshape (UnitDimTransposeToReshape) first.
+    moves_data = not moves_only_unit_dims(shape, perm)
+    applies = moves_data and not other_reader and kept < int(np.prod(shape))
+    assert bool(result.applied.get("SliceBeforeTranspose")) == applies, result.applied
+    if applies:
+        assert transposed_elements(result.tosa) < transposed_elements(tosa)
+
+
+def test_levit_qkv_split_transposes_only_what_each_head_part_keeps():
+    """levit's ``qkv.view(1, N, heads, 64).split([16, 16, 32], 3)``, q and v permuted
+    ``(0, 2, 1, 3)`` (one transpose), k ``(0, 2, 3, 1)`` (another), each read through the
+    reshape that drops the batch: three transposes of a third, a quarter and a half of the
+    tensor instead of two of all of it."""
+    n, heads = 16, 4
+    b = Builder()
+    x = b.reshape(b.input([n, heads * 64]), [1, n, heads, 64])
+    qv = b.reshape(b.transpose(x, [0, 2, 1, 3]), [heads, n, 64])
+    k = b.reshape(b.transpose(x, [0, 2, 3, 1]), [heads, 64, n])
+    b.output(b.clamp(b.slice(qv, [0, 0, 0], [heads, n, 16]), -9, 9))
+    b.output(b.clamp(b.slice(k, [0, 16, 0], [heads, 16, n]), -9, 9))
+    b.output(b.clamp(b.slice(qv, [0, 0, 32], [heads, n, 32]), -9, 9))
+    tosa = b.tosa()
+    result = optimised(tosa, disabled=[DecomposeTranspose])
+    assert result.applied.get("SliceBeforeTranspose") == 2
+    assert transposed_elements(result.tosa) == n * heads * 64
+    assert transposed_elements(tosa) == 2 * n * heads * 64
+
+
+def test_a_slice_before_a_transpose_is_not_made_for_a_constant():
+    b = Builder()
+    c = b.const(np.arange(24).reshape(2, 3, 4) % 100, "INT8")
+    s = b.slice(b.transpose(c, [2, 0, 1]), [0, 0, 0], [2, 2, 3])
+    b.output(b.binary("ADD", b.rescale(b.input([2, 2, 3]), "INT32"), b.rescale(s, "INT32")))
+    assert "SliceBeforeTranspose" not in optimize(b.tosa()).applied
+    assert SliceBeforeTranspose in REWRITES

@@ -12,7 +12,9 @@ What Vela 5.1 does with data movement decides what a rewrite may do (measured pe
 
 - it folds a TRANSPOSE into the write of the operator before it where it can (0 cycles), so
   moving a transpose next to another operator or onto a graph output can cost more than the two
-  it replaced: a rewrite never adds a transpose;
+  it replaced: a rewrite never adds a transpose but the block swaps that replace one
+  (``DecomposeTranspose``) and the smaller one per slice that replaces a transpose only slices
+  read (``SliceBeforeTranspose``);
 - it copies a tensor that several RESHAPEs read (a MemoryCopy layer each): reshapes are merged
   only where the inner one disappears;
 - it runs a high-rank TRANSPOSE in several passes: the same permutation on the fewest dimensions

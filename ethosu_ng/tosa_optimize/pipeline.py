@@ -31,6 +31,7 @@ from ethosu_ng.tosa_optimize.rewrites.move_rescale_through_data_movement import 
     MoveRescaleThroughDataMovement,
 )
 from ethosu_ng.tosa_optimize.rewrites.sink_transpose_to_cancel import SinkTransposeToCancel
+from ethosu_ng.tosa_optimize.rewrites.slice_before_transpose import SliceBeforeTranspose
 from ethosu_ng.tosa_optimize.rewrites.split_shared_add_result import SplitSharedAddResult
 from ethosu_ng.tosa_optimize.rewrites.split_shared_rescale import SplitSharedRescale
 from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import (
@@ -46,6 +47,7 @@ REWRITES: Tuple[type, ...] = (
     FuseTransposeChain,
     SinkTransposeToCancel,
     DropIdentityDataMovement,
+    SliceBeforeTranspose,
     CollapseTransposeRank,
     DecomposeTranspose,
     SplitSharedAddResult,
