@@ -162,3 +162,14 @@ def test_strided_dma_reserved_fields_are_errors():
     cmds = strided_dma(0, 1, 0, 0, 4, 1, 1, 0, 0, 0, 0)
     cmds[3] = cmd0(DMA_DST_REGION, 1 | (1 << 9))
     assert "DMA0_DST_REGION 0x0201: bits 9..10 are reserved" in _error(cmds)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_indexed_dma_is_refused_in_every_stride_mode(mode):
+    """regor's scatter/gather (index_put, gather) set idx_mode (bit 11) beside a 2D/3D stride
+    mode; the model does not implement indexing, so it must refuse rather than copy rows."""
+    for offset in (3, 0):  # DMA0_DST_REGION, DMA0_SRC_REGION
+        cmds = strided_dma(mode, 1, 0, 0, 4, 2, 2, 4, 8, 4, 8)
+        cmds[offset] |= (1 << 11) << 16
+        msg = _error(cmds)
+        assert "indexed (gather/scatter) DMA not modelled" in msg and "command 11" in msg, msg

@@ -37,6 +37,17 @@ Error Model::op_dma() {
                 "not modelled",
                 src_reg, dst_reg);
   }
+  if ((src_reg >> 8) & 1) {
+    return fail(Error::NotSupported, "DMA0_SRC_REGION 0x%04x: reads from internal memory",
+                src_reg);
+  }
+  // Ethos-U85: idx_mode (bit 11, gather/scatter) and its LUT memory are not modelled.
+  if (u85_ && (((src_reg | dst_reg) >> 11) & 1)) {
+    return fail(Error::NotSupported,
+                "DMA0_SRC_REGION 0x%04x / DST_REGION 0x%04x: indexed (gather/scatter) DMA not "
+                "modelled",
+                src_reg, dst_reg);
+  }
   if (stride_mode != 0) {
     return u85_dma_strided(src_reg, dst_reg, stride_mode);
   }
