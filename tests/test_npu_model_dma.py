@@ -23,7 +23,9 @@ from npu_payload import (
     build_payload,
     cmd0,
     cmd1,
+    cmd_stream,
 )
+from test_npu_model_registers import _seed
 
 from ethosu_ng import runtime as rt
 
@@ -173,3 +175,30 @@ def test_indexed_dma_is_refused_in_every_stride_mode(mode):
         cmds[offset] |= (1 << 11) << 16
         msg = _error(cmds)
         assert "indexed (gather/scatter) DMA not modelled" in msg and "command 11" in msg, msg
+
+
+@pytest.mark.parametrize("mode", [1, 2])
+def test_strided_dma_rows_reach_the_hazard_check(mode):
+    """A 2D/3D DMA whose first row (byte 3071) no kernel touches but whose second row (byte
+    3072) the first kernel of a real Ethos-U85 stream reads, started without a DMA_WAIT, is a
+    hazard naming both commands: every row of the DMA is recorded, not only the first."""
+    payload, weights, scratch_size, _ = _seed("conv_wide_ethos-u85-256_0.bin")
+    start, words = cmd_stream(payload)
+    head = list(struct.unpack(f"<{start}I", payload[: 4 * start]))
+
+    def run_after(dma: List[int]) -> None:
+        """The stream with ``dma`` (its STOP dropped) in front."""
+        cmds = dma[:-1] + words
+        n = len(cmds)
+        tag = head[-1] & 0xFF | ((n >> 16) & 0xFF) << 8 | (n & 0xFFFF) << 16
+        stream = struct.pack(f"<{start + n}I", *head[:-1], tag, *cmds)
+        rt.npu_model_run(stream, weights, bytearray(scratch_size))
+
+    args = (2, 1, 0, 0, 1, 0) if mode == 1 else (1, 2, 0, 0, 0, 1)
+    with pytest.raises(rt.NpuModelError) as info:
+        run_after(strided_dma(mode, 0, 0, 3071, 1, *args))
+    msg = str(info.value)
+    assert "hazard: it reads bytes [0xc00, 0xc01) of region 1" in msg, msg
+    assert "command 11 (NPU_OP_DMA_START), still in flight" in msg, msg
+    # The first row alone is no hazard: the stream is otherwise clean.
+    run_after(strided_dma(0, 0, 0, 3071, 1, 1, 1, 0, 0, 0, 0))
