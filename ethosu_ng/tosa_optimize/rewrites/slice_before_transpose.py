@@ -14,6 +14,8 @@ Exact for any permutation: ``slice(transpose(x, perm), start, size)`` is
 dimensions is looked through (the slice's non-unit dimensions are the transpose's, in order);
 the slice is then followed by that reshape's shape.
 
+Not applied to a transpose of rank 5 or more: the slice it would make is of that rank, and
+Vela 5.1 crashes on some rank-5 slices for ethos-u55 (``passes/slice_on_merged_axis.py``).
 Applied only where the transpose goes away (every reader of it, or of such a reshape of it, is a
 slice; neither is a graph output) and the slices together keep fewer elements than the
 transpose writes, so no element is moved more often than before.
@@ -31,6 +33,7 @@ from ethosu_ng.tosa_optimize.rewrites.drop_identity_data_movement import (
 )
 from ethosu_ng.tosa_optimize.rewrites.merge_reshapes import MergeReshapes
 
+MAX_RANK = 4
 Window = Tuple[List[int], List[int]]  # (start, size)
 
 
@@ -89,7 +92,7 @@ class SliceBeforeTranspose:
         consumers = graph.consumers()
         y = t.outputs[0]
         t_shape = graph.shape_of(y)
-        if y in graph.outputs:
+        if y in graph.outputs or len(t_shape) > MAX_RANK:
             return None
         plan: List[Tuple[Operator, Window]] = []
         for reader in consumers.get(y, []):
