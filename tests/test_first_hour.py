@@ -331,12 +331,23 @@ def test_extra_vela_flag_reaches_vela(sibling):
     assert base["compile_args"]["extra_vela_flags"] == []
 
 
-def test_package_ships_py_typed():
+def test_package_ships_py_typed_and_its_data():
+    """scikit-build-core puts every file of wheel.packages in the wheel but wheel.exclude's."""
+    import fnmatch
+
     import tomllib
 
-    assert (REPO / "ethosu_ng" / "py.typed").is_file()
-    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert "py.typed" in cfg["tool"]["setuptools"]["package-data"]["ethosu_ng"]
+    wheel = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["scikit-build"]["wheel"]
+    assert "ethosu_ng" in wheel["packages"]
+    data = [
+        "py.typed",
+        "cpu_op_costs.json",
+        *(p.name for p in (REPO / "ethosu_ng/tools/vendor").iterdir()),
+    ]
+    for name in data:
+        path = next(REPO.glob(f"ethosu_ng/**/{name}")).relative_to(REPO).as_posix()
+        excluded = [pat for pat in wheel.get("exclude", []) if fnmatch.fnmatch(path, pat)]
+        assert not excluded, f"{path} is left out of the wheel by {excluded}"
 
 
 # ------------------------------------------------------------------ the README, as written
