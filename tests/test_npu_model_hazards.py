@@ -28,12 +28,18 @@ OP_DMA_START, OP_DMA_WAIT, OP_KERNEL_WAIT = 0x010, 0x011, 0x012
 
 # Streams with DMAs: LUT loads (sigmoid, tanh, gelu, softmax), and on ethos-u65-256 (Dedicated_Sram)
 # weights buffered into SRAM.
+# One case in the fast suite; the others with -m slow.
 CASES = [
     ("sigmoid", "ethos-u55-128"),
-    ("softmax", "ethos-u55-128"),
-    ("gelu", "ethos-u65-256"),
-    ("mobilenetv2_block", "ethos-u65-256"),
-    ("tanh", "ethos-u85-256"),
+    *(
+        pytest.param(name, target, marks=pytest.mark.slow)
+        for name, target in (
+            ("softmax", "ethos-u55-128"),
+            ("gelu", "ethos-u65-256"),
+            ("mobilenetv2_block", "ethos-u65-256"),
+            ("tanh", "ethos-u85-256"),
+        )
+    ),
 ]
 
 
