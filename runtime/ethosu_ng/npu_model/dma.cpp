@@ -116,27 +116,22 @@ Error Model::u85_dma_strided(uint16_t src_reg, uint16_t dst_reg, int stride_mode
                 static_cast<unsigned long long>(rows), static_cast<unsigned long long>(len),
                 static_cast<unsigned long long>(kMaxElements));
   }
-  const uint64_t src_extent = len == 0 ? 0 : (planes - 1) * src_plane + (rows - 1) * src_row + len;
-  const uint64_t dst_extent = len == 0 ? 0 : (planes - 1) * dst_plane + (rows - 1) * dst_row + len;
-  // The hull of the rows is what region_span checks and notes for the hazard check.
-  char what[160];
-  snprintf(what, sizeof(what),
-           "%dD DMA source (SIZE0 %llu, SIZE1 %llu, LEN %llu, STRIDE0 %llu, STRIDE1 %llu)",
-           stride_mode + 1, static_cast<unsigned long long>(rows),
-           static_cast<unsigned long long>(planes), static_cast<unsigned long long>(len),
-           static_cast<unsigned long long>(src_row), static_cast<unsigned long long>(src_plane));
+  // The hull of one side's rows is what region_span checks and notes for the hazard check.
+  auto side = [&](const char* name, uint16_t reg, uint64_t addr, uint64_t row, uint64_t plane,
+                  bool write, uint8_t** out) {
+    const uint64_t extent = len == 0 ? 0 : (planes - 1) * plane + (rows - 1) * row + len;
+    char what[160];
+    snprintf(what, sizeof(what),
+             "%dD DMA %s (SIZE0 %llu, SIZE1 %llu, LEN %llu, STRIDE0 %llu, STRIDE1 %llu)",
+             stride_mode + 1, name, static_cast<unsigned long long>(rows),
+             static_cast<unsigned long long>(planes), static_cast<unsigned long long>(len),
+             static_cast<unsigned long long>(row), static_cast<unsigned long long>(plane));
+    return region_span(reg & 0xff, addr, extent, write, what, out);
+  };
   uint8_t* s;
-  Error e = region_span(src_reg & 0xff, src, src_extent, false, what, &s);
-  if (e != Error::Ok) {
-    return e;
-  }
-  snprintf(what, sizeof(what),
-           "%dD DMA destination (SIZE0 %llu, SIZE1 %llu, LEN %llu, STRIDE0 %llu, STRIDE1 %llu)",
-           stride_mode + 1, static_cast<unsigned long long>(rows),
-           static_cast<unsigned long long>(planes), static_cast<unsigned long long>(len),
-           static_cast<unsigned long long>(dst_row), static_cast<unsigned long long>(dst_plane));
   uint8_t* d;
-  e = region_span(dst_reg & 0xff, dst, dst_extent, true, what, &d);
+  Error e = side("source", src_reg, src, src_row, src_plane, false, &s);
+  e = e == Error::Ok ? side("destination", dst_reg, dst, dst_row, dst_plane, true, &d) : e;
   if (e != Error::Ok) {
     return e;
   }

@@ -537,29 +537,16 @@ Error Model::check_u55_cmd1(uint16_t op, uint16_t param) {
 // ------------------------------------------------------------- memory
 Error Model::region_span(int region, uint64_t addr, uint64_t len, bool write, const char* what,
                          uint8_t** out) {
+  if (region == 0 && write) {
+    return fail(Error::InvalidProgram,
+                "%s: write to region 0 (weights are read-only) at 0x%llx (+%llu)", what,
+                static_cast<unsigned long long>(addr), static_cast<unsigned long long>(len));
+  }
   uint8_t* base = nullptr;
   size_t size = 0;
-  switch (region) {
-    case 0:
-      if (write) {
-        return fail(Error::InvalidProgram,
-                    "%s: write to region 0 (weights are read-only) at 0x%llx (+%llu)", what,
-                    static_cast<unsigned long long>(addr), static_cast<unsigned long long>(len));
-      }
-      base = const_cast<uint8_t*>(regions_.weights);
-      size = regions_.weights_size;
-      break;
-    case 1:
-      base = regions_.scratch;
-      size = regions_.scratch_size;
-      break;
-    case 2:
-      base = regions_.fast_scratch;
-      size = regions_.fast_scratch_size;
-      break;
-    default:
-      return fail(Error::InvalidProgram, "%s: region %d is not provided (only 0, 1, 2)", what,
-                  region);
+  if (!region_memory(region, &base, &size)) {
+    return fail(Error::InvalidProgram, "%s: region %d is not provided (only 0, 1, 2)", what,
+                region);
   }
   if (base == nullptr || addr > size || len > size - addr) {
     return fail(Error::InvalidProgram,
@@ -631,8 +618,12 @@ Error Model::end_access(bool dma) {
         if ((a.write || b.write) && a.lo < b.hi && b.lo < a.hi) {
           const uintptr_t lo = a.lo > b.lo ? a.lo : b.lo;
           const uintptr_t hi = a.hi < b.hi ? a.hi : b.hi;
-          const uintptr_t base = a.region < 0 ? reinterpret_cast<uintptr_t>(shram_.data())
-                                              : reinterpret_cast<uintptr_t>(region_base(a.region));
+          uint8_t* region = shram_.data();
+          size_t unused;
+          if (a.region >= 0) {
+            region_memory(a.region, &region, &unused);
+          }
+          const uintptr_t base = reinterpret_cast<uintptr_t>(region);
           char where[48];
           if (a.region < 0) {
             snprintf(where, sizeof(where), "internal memory");
@@ -658,16 +649,22 @@ Error Model::end_access(bool dma) {
   return Error::Ok;
 }
 
-const uint8_t* Model::region_base(int region) const {
+bool Model::region_memory(int region, uint8_t** base, size_t* size) const {
   switch (region) {
     case 0:
-      return regions_.weights;
+      *base = const_cast<uint8_t*>(regions_.weights);
+      *size = regions_.weights_size;
+      return true;
     case 1:
-      return regions_.scratch;
+      *base = regions_.scratch;
+      *size = regions_.scratch_size;
+      return true;
     case 2:
-      return regions_.fast_scratch;
+      *base = regions_.fast_scratch;
+      *size = regions_.fast_scratch_size;
+      return true;
     default:
-      return nullptr;
+      return false;
   }
 }
 
@@ -736,24 +733,11 @@ Error Model::feature_map(FeatureMap& f, bool ifm2, bool ofm) {
     f.zp = f.is_signed ? static_cast<int16_t>(zp) : zp;
   }
   f.esize = f.bits / 8;
-  switch (f.region) {
-    case 0:
-      // Only reads: region 0 is read-only, writes take the checked path.
-      if (!ofm) {
-        f.mem = const_cast<uint8_t*>(regions_.weights);
-        f.mem_size = regions_.weights_size;
-      }
-      break;
-    case 1:
-      f.mem = regions_.scratch;
-      f.mem_size = regions_.scratch_size;
-      break;
-    case 2:
-      f.mem = regions_.fast_scratch;
-      f.mem_size = regions_.fast_scratch_size;
-      break;
-    default:
-      break;
+  // Region 0 is read-only: an OFM there takes the checked path, which refuses the write.
+  f.mem = nullptr;
+  f.mem_size = 0;
+  if (!(ofm && f.region == 0)) {
+    region_memory(f.region, &f.mem, &f.mem_size);
   }
   return Error::Ok;
 }
@@ -803,21 +787,9 @@ Error Model::check_extent(const FeatureMap& f, bool write) {
   if (f.chain >= 0) {
     return Error::Ok;
   }
-  size_t size = 0;
-  switch (f.region) {
-    case 0:
-      size = regions_.weights_size;
-      break;
-    case 1:
-      size = regions_.scratch_size;
-      break;
-    case 2:
-      size = regions_.fast_scratch_size;
-      break;
-    default:
-      break;
-  }
   uint8_t* unused;
+  size_t size = 0;
+  region_memory(f.region, &unused, &size);
   Error e = region_span(f.region, 0, 0, write, f.name, &unused);
   if (e != Error::Ok) {
     return e;

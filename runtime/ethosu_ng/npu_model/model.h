@@ -292,7 +292,9 @@ class Model {
   // flight (dma: a DMA_START, else a kernel).
   Error end_access(bool dma);
   void wait_for(bool dma, uint16_t keep);
-  const uint8_t* region_base(int region) const;
+  // The buffer and size behind region 0 (weights), 1 (scratch) or 2 (fast scratch); false
+  // for any other region.
+  bool region_memory(int region, uint8_t** base, size_t* size) const;
   std::vector<Span> touched_;
   uintptr_t hull_[3][4][2] = {};
   int hull_region_[3] = {};
