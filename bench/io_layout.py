@@ -18,6 +18,17 @@ Vela's SRAM, and the program input's dim order (to show the layout reached the d
         --targets ethos-u55-128 ethos-u65-256 ethos-u85-256 \\
         --results bench/results/io_layout.jsonl
 
+``--bit-exact N`` (ours only) also writes each lowered program's .pte to ``--workdir`` and,
+once a model's NHWC program is lowered for a target, runs it and the NCHW one on the host
+runtime (the programs' default NPU model) on N seeded random inputs, the same values in each
+program's layout; the NHWC row records whether every output is bit for bit the NCHW one's
+(``bit_exact``). With the transposes these rows show the done-when of NHWC program input for
+the sweep's CNNs:
+
+    OMP_NUM_THREADS=1 python bench/io_layout.py --sweep-cnns --who ethosu_ng \\
+        --targets ethos-u85-256 ethos-u55-128 ethos-u65-256 --bit-exact 2 \\
+        --results bench/results/io_layout.jsonl
+
 Resumable: every finished lowering is appended to ``--results`` (one JSON line) and skipped when
 the command runs again; the quantized programs are kept in ``--workdir``. ``--table`` prints the
 table from ``--results`` without lowering anything.
@@ -29,6 +40,7 @@ what Vela is given unless a deviation is found; none was on these models, docs/z
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -57,7 +69,9 @@ def _ours_layers(edge):
     return [list(i.layers or []) for i in infos]
 
 
-def _child(which, program_path, target, force_cpu, queue):
+def _child(which, program_path, target, force_cpu, queue, pte_path=None, nchw_pte=None, n=0):
+    """Lower ``program_path`` for ``target``. Ours: with ``pte_path``, also write its .pte
+    there; with ``nchw_pte``, run both on ``n`` inputs (``_bit_exact``)."""
     try:
         import ethosu_ng.ops  # noqa: F401 - defines the quantized_decomposed ops the program calls
         from ethosu_ng import module_profile
@@ -86,9 +100,55 @@ def _child(which, program_path, target, force_cpu, queue):
         ins, outs = program_dim_orders(edge)
         metrics["in_dim_order"] = [list(o) for _, o in ins]
         metrics["out_dim_order"] = [list(o) for _, o in outs]
+        if pte_path:
+            with open(pte_path + ".part", "wb") as f:
+                f.write(edge.to_executorch().buffer)
+            os.replace(pte_path + ".part", pte_path)
+        if nchw_pte:
+            try:
+                metrics.update(_bit_exact(nchw_pte, pte_path, ep, [o for _, o in ins], n))
+            except Exception as e:  # the lowering's figures stand; the run failing is a result
+                first = str(e).splitlines()[0][:160] if str(e) else ""
+                metrics.update(bit_exact=None, differ=[f"run: {type(e).__name__}: {first}"])
         queue.put(("ok", metrics))
     except BaseException as e:  # report, never hang the parent
         queue.put(("error", f"{type(e).__name__}: {str(e).splitlines()[0][:160] if e else ''}"))
+
+
+def _bit_exact(nchw_pte, nhwc_pte, ep, nhwc_orders, n):
+    """Whether the NHWC program's outputs are bit for bit the NCHW program's on ``n`` seeded
+    random inputs (the calibration's distribution), each fed in its program's layout."""
+    from ethosu_ng.runtime import run_pte
+
+    if not os.path.exists(nchw_pte):
+        return {"bit_exact": None, "differ": ["no NCHW program to compare with"]}
+    shapes = [tuple(t.shape) for t in ep.example_inputs[0]]
+    g = torch.Generator().manual_seed(11)
+    t0, differ = time.time(), []
+    for _ in range(n):
+        xs = [torch.randn(s, generator=g) for s in shapes]
+        want = run_pte(nchw_pte, xs)
+        got = run_pte(
+            nhwc_pte,
+            [
+                x.contiguous(memory_format=torch.channels_last) if tuple(o) == (0, 2, 3, 1) else x
+                for x, o in zip(xs, nhwc_orders)
+            ],
+        )
+        if len(got) != len(want):
+            differ.append(f"{len(got)} outputs, NCHW {len(want)}")
+        for k, (a, b) in enumerate(zip(want, got)):
+            if a.dtype != b.dtype or a.shape != b.shape:
+                differ.append(
+                    f"output {k}: {b.dtype}{list(b.shape)}, NCHW {a.dtype}{list(a.shape)}"
+                )
+            elif not torch.equal(a, b):
+                d = (a.double() - b.double()).abs()
+                differ.append(f"output {k}: {int((d > 0).sum())} elements differ, max {d.max():g}")
+    out = {"bit_exact": not differ, "bit_exact_inputs": n, "run_s": round(time.time() - t0, 1)}
+    if differ:
+        out["differ"] = differ[:4]
+    return out
 
 
 def _lower_ours(ep, target):
@@ -131,15 +191,19 @@ def _program(spec_str, layout, workdir, calibration):
     out_shapes = io_layout.output_shapes(model, x)
     out_layouts = [asked if len(s) == 4 else None for s in out_shapes]
     xl = io_layout.apply_input_layouts(x, in_layouts)
-    cl = [io_layout.apply_input_layouts(b, in_layouts) for b in calib]
     if any(out_layouts):
         model = io_layout.OutputLayouts(model, out_layouts).eval()
     # The quantizer's config does not depend on the target family beyond U55's op set.
-    q = quantize(model, xl, EthosUNGCompileSpec("ethos-u55-128"), calibration=cl)
+    q = quantize(model, xl, EthosUNGCompileSpec("ethos-u55-128"), calibration=calib)
     tmp = path + ".part"
     torch.export.save(torch.export.export(q, xl), tmp)
     os.replace(tmp, path)
     return path, numel
+
+
+def _pte_path(workdir, model, target, layout, calibration) -> str:
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", model)
+    return os.path.join(workdir, f"{stem}.{layout}.c{calibration}.{target}.pte")
 
 
 def _key(model, target, who, layout) -> str:
@@ -153,14 +217,15 @@ def _load_results(path):
 HEADER = (
     "| model | target | partitioner | IO | input dim order | NPU cycles | input transpose | "
     "output transpose | input transpose / element | SRAM KiB | NHWC / NCHW cycles | "
-    "NHWC / NCHW SRAM |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "NHWC / NCHW SRAM | NHWC outputs = NCHW outputs |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
 def _row(r, base) -> str:
     head = f"| {r['model']} | {r['target']} | {r['who']} | {r['layout']} |"
     if "error" in r:
-        return head + f" {r['error']} |" + " |" * 7
+        return head + f" {r['error']} |" + " |" * 8
     ratio = " | "
     if r["layout"] == "nhwc" and base and "error" not in base:
         ratio = (
@@ -168,12 +233,18 @@ def _row(r, base) -> str:
             if base["cycles"] and base["sram_kib"]
             else " | "
         )
+    same = ""
+    if "bit_exact" in r:
+        n = r.get("bit_exact_inputs", 0)
+        same = {True: f"bit-exact ({n} inputs)", False: "differ: ", None: "not run: "}[
+            r["bit_exact"]
+        ] + "; ".join(r.get("differ", []))
     per = r["in_transpose"] / r["numel"] if r.get("numel") else 0.0
     orders = r["in_dim_order"]
     order = orders[0] if len(orders) == 1 else orders
     return (
         f"{head} {order} | {r['cycles']:,.0f} | {r['in_transpose']:,} | {r['out_transpose']:,} | "
-        f"{per:.2f} | {r['sram_kib']:,.1f} | {ratio} |"
+        f"{per:.2f} | {r['sram_kib']:,.1f} | {ratio} | {same} |"
     )
 
 
@@ -194,11 +265,21 @@ def main():
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("models", nargs="+")
+    ap.add_argument("models", nargs="*")
+    ap.add_argument(
+        "--sweep-cnns", action="store_true", help="add the CNNs of bench/sweep.py (CNNS)"
+    )
     ap.add_argument("--targets", nargs="+", default=["ethos-u55-128"])
     ap.add_argument("--calibration", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=1800)
     ap.add_argument("--who", nargs="+", default=list(WHO), choices=WHO)
+    ap.add_argument(
+        "--bit-exact",
+        type=int,
+        default=0,
+        metavar="N",
+        help="ours: also run the NCHW and NHWC programs on N inputs and compare them",
+    )
     ap.add_argument("--results", help="JSON lines, appended per lowering; done ones are skipped")
     ap.add_argument(
         "--workdir",
@@ -207,8 +288,25 @@ def main():
     )
     ap.add_argument("--table", action="store_true", help="print the table from --results only")
     args = ap.parse_args()
+    if args.sweep_cnns:
+        import sweep
+
+        args.models += [m for m in sweep.CNNS if m not in args.models]
+    if not args.models:
+        ap.error("no models: name some or give --sweep-cnns")
 
     done = _load_results(args.results)
+
+    def finished(model, target, who, layout) -> bool:
+        r = done.get(_key(model, target, who, layout))
+        if r is None or not (args.bit_exact and who == "ethosu_ng") or "error" in r:
+            return r is not None
+        # --bit-exact: the NCHW program's .pte is kept; the NHWC row holds the comparison.
+        if layout == "nchw":
+            pte = _pte_path(args.workdir, model, target, layout, args.calibration)
+            return os.path.exists(pte) or finished(model, target, who, "nhwc")
+        return "bit_exact" in r
+
     if not args.table:
         os.makedirs(args.workdir, exist_ok=True)
         print(f"torch {torch.__version__}; {os.cpu_count()} cores", flush=True)
@@ -219,7 +317,7 @@ def main():
             for model in args.models:
                 for who in args.who:
                     for layout in LAYOUTS:
-                        if _key(model, target, who, layout) in done:
+                        if finished(model, target, who, layout):
                             continue
                         if model not in programs:
                             programs[model] = {
@@ -228,8 +326,20 @@ def main():
                             }
                         path, numel = programs[model][layout]
                         t0 = time.time()
+                        child = _child
+                        if args.bit_exact and who == "ethosu_ng":
+                            ptes = {
+                                lay: _pte_path(args.workdir, model, target, lay, args.calibration)
+                                for lay in LAYOUTS
+                            }
+                            child = functools.partial(
+                                _child,
+                                pte_path=ptes[layout],
+                                nchw_pte=ptes["nchw"] if layout == "nhwc" else None,
+                                n=args.bit_exact,
+                            )
                         status, r = cu.run_isolated(
-                            who, path, target, [], args.timeout, child=_child
+                            who, path, target, [], args.timeout, child=child
                         )
                         rec = dict(model=model, target=target, who=who, layout=layout, numel=numel)
                         rec.update(r if status == "ok" else {"error": str(r)})

@@ -328,7 +328,10 @@ def build(
         output_layout, io_layout.output_shapes(model, example_inputs), "output"
     )
     x = io_layout.apply_input_layouts(example_inputs, in_layouts)
-    calib = [io_layout.apply_input_layouts(b, in_layouts) for b in calibration]
+    # Calibration runs on the batches as given, whatever the layout asked: a float conv on
+    # channels-last data sums in another order, and an observer's range an ulp apart moves a
+    # scale, so the NHWC program would not be bit-exact to the NCHW one.
+    calib = list(calibration)
     if any(out_layouts):
         model = io_layout.OutputLayouts(model, out_layouts).eval()
     quantized = stage(

@@ -128,23 +128,40 @@ def output_shapes(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> Lis
     return [tuple(t.shape) for t in outs]
 
 
-def program_dim_orders(program) -> Tuple[List[Tuple[str, tuple]], List[Tuple[str, tuple]]]:
-    """([(name, dim order)] of the user inputs, same for the user outputs) of an
+def _user_io(program) -> Tuple[List[Tuple[str, torch.Tensor]], List[Tuple[str, torch.Tensor]]]:
+    """([(name, fake tensor)] of the user inputs, same for the user outputs) of an
     EdgeProgramManager, ExecutorchProgramManager or ExportedProgram."""
     ep = program.exported_program() if hasattr(program, "exported_program") else program
     gm, sig = ep.graph_module, ep.graph_signature
     user_inputs = set(sig.user_inputs)
     ins = [
-        (n.name, tuple(n.meta["val"].dim_order()))
+        (n.name, n.meta["val"])
         for n in gm.graph.nodes
         if n.op == "placeholder" and n.name in user_inputs
     ]
     outs = [
-        (y.name, tuple(y.meta["val"].dim_order()))
+        (y.name, y.meta["val"])
         for spec, y in zip(sig.output_specs, gm.graph.output_node().args[0])
         if spec.kind.name == "USER_OUTPUT" and isinstance(y, torch.fx.Node)
     ]
     return ins, outs
+
+
+def program_dim_orders(program) -> Tuple[List[Tuple[str, tuple]], List[Tuple[str, tuple]]]:
+    """([(name, dim order)] of the user inputs, same for the user outputs) of an
+    EdgeProgramManager, ExecutorchProgramManager or ExportedProgram."""
+    ins, outs = _user_io(program)
+    return (
+        [(name, tuple(v.dim_order())) for name, v in ins],
+        [(name, tuple(v.dim_order())) for name, v in outs],
+    )
+
+
+def same_bytes(shape: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bool:
+    """Whether dim orders ``a`` and ``b`` lay a tensor of ``shape`` out as the same bytes: they
+    agree once its size-1 dims are dropped (one channel: NCHW and NHWC are one layout, and
+    torch reports either)."""
+    return [d for d in a if shape[d] != 1] == [d for d in b if shape[d] != 1]
 
 
 def check_program_layouts(
@@ -152,10 +169,11 @@ def check_program_layouts(
 ) -> None:
     """Raise LayoutError naming the first program input or output whose layout is not the one
     asked for."""
-    ins, outs = program_dim_orders(program)
+    ins, outs = _user_io(program)
     for what, asked, got in (("input", inputs, ins), ("output", outputs, outs)):
-        for k, (lay, (name, order)) in enumerate(zip(asked, got)):
-            if lay is not None and tuple(order) != LAYOUTS[lay]:
+        for k, (lay, (name, val)) in enumerate(zip(asked, got)):
+            order = tuple(val.dim_order())
+            if lay is not None and not same_bytes(val.shape, order, LAYOUTS[lay]):
                 raise LayoutError(
                     f"{what} {k} ({name}): asked for {lay}, the program has dim order "
                     f"{list(order)}"

@@ -259,3 +259,24 @@ def test_a_slice_has_no_layout_and_is_copied():
     assert _dense_order(view) is None
     (laid,) = check_input_layouts([view], [(0, 2, 3, 1)])
     assert _dense_in(laid, (0, 2, 3, 1)) and torch.equal(laid, view)
+
+
+def _dense_strides(shape, order):
+    strides, step = [0] * len(shape), 1
+    for d in reversed(order):
+        strides[d], step = step, step * shape[d]
+    return strides
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 3), min_size=4, max_size=4),
+    a=st.permutations(range(4)),
+    b=st.permutations(range(4)),
+)
+def test_same_bytes_is_the_same_address_for_every_element(shape, a, b):
+    """Two dim orders lay a tensor out as the same bytes exactly when every dim that can take
+    two values has the same stride in both."""
+    sa, sb = _dense_strides(shape, a), _dense_strides(shape, b)
+    want = all(sa[d] == sb[d] for d in range(4) if shape[d] > 1)
+    assert io_layout.same_bytes(shape, a, b) == want

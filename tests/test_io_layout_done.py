@@ -83,7 +83,19 @@ def _edge_transpose_layers(result, side):
     return n
 
 
+def _qparams(result):
+    """(scale, zero point) of every quantize in the quantized model, in graph order."""
+    return [
+        tuple(n.args[1:3])
+        for n in result.quantized.graph.nodes
+        if n.op == "call_function" and "quantize_per_tensor" in str(n.target)
+    ]
+
+
 def _check(nchw, nhwc, feature_map_out, n=2):
+    # Calibrated on the same values, the two programs are quantized alike: a layout never
+    # moves a scale (float kernels on channels-last data sum in another order).
+    assert _qparams(nchw) == _qparams(nhwc)
     # The premise: the NCHW program's first NPU operation transposes the input.
     assert sum(e["input"] for e in _edges(nchw)) > 0, _edges(nchw)
     assert all(e["input"] == 0 for e in _edges(nhwc)), _edges(nhwc)
@@ -120,6 +132,34 @@ def test_nhwc_io_no_transpose_and_bit_exact(target):
     model = FeatureCNN().eval()
     nchw, nhwc = _pair(model, (torch.randn(1, 3, 12, 16),), target, feature_map_out=True)
     _check(nchw, nhwc, feature_map_out=True)
+
+
+@pytest.mark.parametrize(
+    "c_in, c_out, h, w",
+    [(3, 3, 3, 3), pytest.param(2, 2, 2, 2, marks=pytest.mark.slow)],
+)
+def test_nhwc_io_of_a_shape_that_reads_as_both_layouts(c_in, c_out, h, w):
+    """C == H == W: the NHWC shape is the NCHW one, so the delegate's IO layout cannot be told
+    from its TOSA shape; the NPU must read the input and write the output interleaved."""
+    torch.manual_seed(0)
+    model = FeatureCNN(c_in, 4, c_out).eval()
+    nchw, nhwc = _pair(model, (torch.randn(1, c_in, h, w),), "ethos-u55-128", True)
+    _check(nchw, nhwc, feature_map_out=True, n=3)
+
+
+def test_one_channel_input_asked_nhwc():
+    """One channel: NCHW and NHWC are the same bytes (torch reports either dim order); the
+    program takes the layout asked and answers as the NCHW one."""
+    torch.manual_seed(0)
+    model = FeatureCNN(1, 4, 2).eval()
+    nchw, nhwc = _pair(model, (torch.randn(1, 1, 5, 6),), "ethos-u85-256", False)
+    assert all(e["input"] == 0 for e in _edges(nchw) + _edges(nhwc))
+    assert _qparams(nchw) == _qparams(nhwc)
+    x = torch.randint(-128, 128, (1, 1, 5, 6), generator=torch.Generator().manual_seed(3))
+    x = x.to(torch.int8)
+    want = run_pte(nchw.pte, [x])
+    got = run_pte(nhwc.pte, [x.contiguous(memory_format=torch.channels_last)])
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
 
 
 @pytest.mark.slow

@@ -92,10 +92,13 @@ def npu_dim_order(d: TensorSpec, t: TosaTensorInfo, want_nhwc: bool = False):
     shape = tuple(t.shape)
     if want_nhwc and len(d.shape) == 4 and shape == tuple(d.shape[i] for i in CHANNELS_LAST):
         return CHANNELS_LAST
-    if shape == d.shape:
-        return contiguous
+    # The declared dim order first: the boundary buffer is laid out in it (upstream's
+    # NormalizeDelegateIOLayoutPass), and a shape such as NCHW [1, 3, 3, 3] reads the same as
+    # its NHWC permutation, so the shape alone cannot tell the layout.
     if shape == tuple(d.shape[i] for i in d.dim_order):
         return d.dim_order
+    if shape == d.shape:
+        return contiguous
     if len(shape) != len(d.shape):
         return contiguous  # rank-changing reshape at the boundary: element order is row-major
     return None
