@@ -69,6 +69,22 @@ def _ours_layers(edge):
     return [list(i.layers or []) for i in infos]
 
 
+def _moves_before_compute(layers) -> int:
+    """NPU cycles of the layers that move bytes (a Rescale does not count) before a delegate's
+    first computing layer, whatever Vela made of them: Vela can carry out the input transpose
+    as a MemoryCopy (squeezenet1_1 on the U85), which ``edge_transposes`` does not count."""
+    from ethosu_ng.module_profile import RESCALE_KIND
+
+    total = 0
+    for layer in layers:
+        kind = layer.get("data_movement_kind")
+        if not kind:
+            break
+        if kind != RESCALE_KIND:
+            total += int(layer.get("npu_cycles") or 0)
+    return total
+
+
 def _child(which, program_path, target, force_cpu, queue, pte_path=None, nchw_pte=None, n=0):
     """Lower ``program_path`` for ``target``. Ours: with ``pte_path``, also write its .pte
     there; with ``nchw_pte``, run both on ``n`` inputs (``_bit_exact``)."""
@@ -96,6 +112,7 @@ def _child(which, program_path, target, force_cpu, queue, pte_path=None, nchw_pt
         edges = [edge_transposes(layers) for layers in per_delegate]
         metrics["in_transpose"] = sum(e["input"] for e in edges)
         metrics["out_transpose"] = sum(e["output"] for e in edges)
+        metrics["in_moves"] = sum(_moves_before_compute(layers) for layers in per_delegate)
         metrics["transposes"] = moved["by_op"].get("Transpose", 0)
         ins, outs = program_dim_orders(edge)
         metrics["in_dim_order"] = [list(o) for _, o in ins]
@@ -248,6 +265,43 @@ def _row(r, base) -> str:
     )
 
 
+PAIR_HEADER = (
+    "| model | target | NCHW: NPU cycles | NCHW: input transpose | NCHW: moves before compute | "
+    "NHWC: NPU cycles | NHWC: input transpose | NHWC: moves before compute | "
+    "NHWC: Transpose elsewhere | NHWC outputs = NCHW outputs |\n"
+    "|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def pair_table(done, models, targets) -> str:
+    """Ours, one row per model and target: the NCHW program next to the NHWC one. Cycles are
+    Vela's NPU cycles; "moves before compute" counts every layer that moves bytes ahead of a
+    delegate's first computing layer (``_moves_before_compute``), "Transpose elsewhere" the
+    Transpose layers inside the model (a channel shuffle, a head's reduction)."""
+    lines = [PAIR_HEADER]
+    for model in models:
+        for target in targets:
+            a = done.get(_key(model, target, "ethosu_ng", "nchw"))
+            b = done.get(_key(model, target, "ethosu_ng", "nhwc"))
+            if a is None or b is None:
+                continue
+            if "error" in a or "error" in b:
+                err = a.get("error") or b.get("error")
+                lines.append(f"| {model} | {target} | {err} |" + " |" * 7)
+                continue
+            moved = [f"{r['in_moves']:,}" if "in_moves" in r else "-" for r in (a, b)]
+            same = {True: "bit-exact", False: "differ: ", None: "not run: "}[b.get("bit_exact")]
+            same += "; ".join(b.get("differ", []))
+            if b.get("bit_exact"):
+                same += f" ({b['bit_exact_inputs']} inputs)"
+            lines.append(
+                f"| {model} | {target} | {a['cycles']:,.0f} | {a['in_transpose']:,} | {moved[0]} | "
+                f"{b['cycles']:,.0f} | {b['in_transpose']:,} | {moved[1]} | "
+                f"{b['transposes'] - b['in_transpose'] - b['out_transpose']:,} | {same} |"
+            )
+    return "\n".join(lines)
+
+
 def table(done, models, targets, who) -> str:
     lines = [HEADER]
     for model in models:
@@ -349,7 +403,10 @@ def main():
                             with open(args.results, "a") as f:
                                 f.write(json.dumps(rec) + "\n")
                         print(f"{model} {target} {who} {layout}: {rec['wall_s']} s", flush=True)
-    print(table(done, args.models, args.targets, args.who))
+    if args.bit_exact:
+        print(pair_table(done, args.models, args.targets))
+    else:
+        print(table(done, args.models, args.targets, args.who))
 
 
 if __name__ == "__main__":
