@@ -16,6 +16,7 @@ import os
 import pytest
 import torch
 from _pte import CrossCheckedMethod
+from ethosu.vela import __version__ as _vela_version
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from seed_property import NPU_DEVIATION
@@ -25,6 +26,9 @@ from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng.compiler import verify_npu
 from ethosu_ng.export import lower, quantize
 from ethosu_ng.vela import compiler as vela_compiler
+
+# (major, minor) of the Vela installed: pyproject admits 5.1 and 5.2 (docs/vela-version.md).
+VELA_VERSION = tuple(int(p) for p in _vela_version.split(".")[:2])
 
 SLOW = os.environ.get("ETHOSU_NG_SLOW_PROPERTIES") == "1"
 
@@ -296,12 +300,14 @@ def test_near_ties_carried_by_a_later_op_are_not_a_deviation(monkeypatch):
 
 
 def test_vela_linear_over_a_reshaped_ifm_is_caught():
-    """Vela 5.1 on ethos-u55-128, linear -> clamp_min -> linear over (1, 4, 8) with int8 program
-    IO (tests/test_quantized_islands.py's idiom): the first linear's kernel reads its IFM as two
-    rows 16 bytes apart with IFM_PAD_BOTTOM 2 (input rows 0 and 2; rows 1 and 3 never read, OFM
-    rows 2 and 3 from padding), where TOSA computes every row: Vela views the tensor as the second
-    linear's 2x2 map. The verified compile finds the second linear responsible and moves it to
-    the CPU; what stays on the NPU runs bit-exact."""
+    """Vela 5.1.0 on ethos-u55-128, linear -> clamp_min -> linear over (1, 4, 8) with int8
+    program IO (tests/test_quantized_islands.py's idiom): the first linear's kernel reads its IFM
+    as two rows 16 bytes apart with IFM_PAD_BOTTOM 2 (input rows 0 and 2; rows 1 and 3 never read,
+    OFM rows 2 and 3 from padding), where TOSA computes every row: Vela views the tensor as the
+    second linear's 2x2 map. The verified compile finds the second linear responsible and moves it
+    to the CPU. Vela 5.2.0 compiles the graph right (a POOL re-lays the first linear's output out
+    for the second, no padding; docs/vela-version.md): nothing moves. Either way what ships runs
+    bit-exact."""
     from test_quantized_islands import IDIOMS, _batch
 
     make, shape = IDIOMS["clamp_min"]
@@ -313,7 +319,10 @@ def test_vela_linear_over_a_reshaped_ifm_is_caught():
                  output_dtype=torch.int8)  # fmt: skip
     edge, part = lower(q, x, spec)
     moved = part.report.compiler_fallback
-    assert any("NPU model differs from TOSA" in why for why in moved.values()), moved
+    if VELA_VERSION < (5, 2):
+        assert any("NPU model differs from TOSA" in why for why in moved.values()), moved
+    else:
+        assert moved == {}, moved
     _check_shipped(edge, (x[0].clamp(-1, 1).mul(100).to(torch.int8),), [], "ethos-u55-128")
 
 
