@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The Ethos-U55/U65 functional model (runtime/ethosu_ng/npu_model/) against the TOSA reference.
 
-Every model is exported through the real pipeline (quantize, partition, TOSA, Vela 5.1.0) for
-ethos-u55-128 and ethos-u65-256 with ``embed_tosa=True``; each .pte is then run twice on the
-same inputs through the C++ runtime: once with the host driver running the embedded TOSA graph
-on the TOSA reference model, once with it executing Vela's command stream, weights and scales
-on the NPU model. The outputs must be equal bit for bit (no tolerance).
+Every model is exported through the real pipeline (quantize, partition, TOSA, Vela 5.1.0 or
+5.2.0) for ethos-u55-128 and ethos-u65-256 with ``embed_tosa=True``; each .pte is then run twice
+on the same inputs through the C++ runtime: once with the host driver running the embedded TOSA
+graph on the TOSA reference model, once with it executing Vela's command stream, weights and
+scales on the NPU model. The outputs must be equal bit for bit (no tolerance).
 
 Also here: the C++ weight decoder against Vela's own ``mlw_codec.decode``; corrupting one
 weight byte, one scale byte or one command word changes the output or yields a clean error;
@@ -111,7 +111,7 @@ def test_npu_model_bit_exact_to_tosa_slow(name, target):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_vela_deviation_matmul_over_aliased_ofm_tiles(target):
-    """Pinned Vela 5.1.0 (regor) deviation on both targets, found by the NPU model.
+    """Pinned Vela 5.1.0 and 5.2.0 (regor) deviation on both targets, found by the NPU model.
 
     ConvSplitBmm: conv -> split -> bmm(a, a^T) with a = one half of the split. Vela lowers the
     matmul to MUL + REDUCE_SUM per RHS row, each over an OFM area 8 columns wide whose buffer

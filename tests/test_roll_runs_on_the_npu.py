@@ -48,7 +48,7 @@ def test_roll_is_delegated(case, target):
 
 
 def test_vela_crash_is_a_clean_error_naming_partition_and_target(monkeypatch):
-    """Without SliceOnMergedAxisPass and the U55 limit, Vela 5.1.0 segfaults on this block
+    """Without SliceOnMergedAxisPass and the U55 limit, Vela 5.1.0 and 5.2.0 segfault on this block
     (rank-5 SLICE -> RESHAPE -> MUL); the export survives it (with CPU fallback off; with it on,
     tests/test_vela_fallback.py moves the culprit to the CPU)."""
     from ethosu_ng.partitioning.target_limits import TargetLimits

@@ -169,9 +169,9 @@ def test_compiled_once_preprocess_reuses_the_partitioner_compile(monkeypatch):
 
 
 def test_real_vela_segfault_falls_back(monkeypatch):
-    """Real Vela 5.1.0 on a shifted-window attention block for U55, without the rewrite and the
-    predictive limit that normally avoid the crashing slice: Vela segfaults, the search finds
-    the op."""
+    """Real Vela (5.1.0 and 5.2.0) on a shifted-window attention block for U55, without the
+    rewrite and the predictive limit that normally avoid the crashing slice: Vela segfaults, the
+    search finds the op."""
     from models import ShiftedWindowAttention
 
     from ethosu_ng.partitioning.target_limits import TargetLimits
