@@ -113,6 +113,18 @@ def _child(which, program_path, target, force_cpu, queue, pte_path=None, nchw_pt
         metrics["in_transpose"] = sum(e["input"] for e in edges)
         metrics["out_transpose"] = sum(e["output"] for e in edges)
         metrics["in_moves"] = sum(_moves_before_compute(layers) for layers in per_delegate)
+        # What those layers are (Vela's operator, the TOSA one it came from), to tell a
+        # transpose Vela made a MemoryCopy of from a copy.
+        metrics["in_move_layers"] = [
+            [x.get("vela_op"), x.get("tosa_op"), int(x.get("npu_cycles") or 0)]
+            for layers in per_delegate
+            for x in layers[
+                : next(
+                    (k for k, y in enumerate(layers) if not y.get("data_movement_kind")),
+                    len(layers),
+                )
+            ]
+        ]
         metrics["transposes"] = moved["by_op"].get("Transpose", 0)
         ins, outs = program_dim_orders(edge)
         metrics["in_dim_order"] = [list(o) for _, o in ins]
