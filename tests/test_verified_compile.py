@@ -530,7 +530,9 @@ def test_tolerance_by_output_kind(kind, shape, off, where):
     ref, exact = Future(), Future()
     ref.set_result(([[got.numpy()]], None, 0.0))
     reference = verify_npu.Reference([[want.numpy()]], ref)
-    exact.set_result(([([want], [want], None)], 0.0, 0.0, reference.samples, None, (0, [])))
+    exact.set_result(
+        ([([want], [want], None)], 0.0, 0.0, reference.samples, None, lambda s: None, (0, []))
+    )
     spec = EthosUNGCompileSpec("ethos-u55-128")
     args = ("p", reference, exact, [out], spec)
     if quantized and off == 1:

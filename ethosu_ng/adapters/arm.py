@@ -235,6 +235,14 @@ def is_marked_quantized(node: torch.fx.Node) -> bool:
     return bool(info and info.get("quantized"))
 
 
+def is_table_op(node: torch.fx.Node) -> bool:
+    """Whether upstream lowers ``node`` (quantized) to a TOSA TABLE: an elementwise function of
+    its one input."""
+    from executorch.backends.arm._passes.insert_table_ops import TableOps
+
+    return node in TableOps(None)
+
+
 def int16_table(
     node: torch.fx.Node,
     in_qparams: Tuple[float, int, int, int],

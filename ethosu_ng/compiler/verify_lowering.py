@@ -34,7 +34,10 @@ from ethosu_ng.vela.compiler import VelaError
 # room for a reciprocal's coarser one), and a later op (a subtraction into a finer grid, a
 # conv) can carry that one step on as several. So each element may also differ by as much as a
 # second exact run, with every near tie rounded the other way, moves it: the measured
-# amplification of those ties.
+# amplification of those ties. That run rounds every tie one way, and the TOSA graph may round
+# any subset of them the other way (a matmul sums ties of both signs: swin's `q * scale @ k^T`
+# is 2 steps from the exact run where the flipped run is 0); so an element beyond it is
+# compared once more with the bound on what any subset can do (``numerics.tie_bound``).
 LSB_TOLERANCE = 1
 NEAR_TIE = 1e-3
 
@@ -61,6 +64,10 @@ class LoweringVerdict:
     samples: int = 0
     max_lsb: int = 0  # largest |TOSA - exact| over outputs and samples, in integer steps
     tie_amplified: int = 0  # largest step a flipped near tie moved an output (added tolerance)
+    # largest bound on how far any subset of near ties moves an output, where an element beyond
+    # the flipped run was checked against it (numerics.tie_bound); -1 when the partition has an
+    # op the bound does not model
+    tie_bound: int = 0
     # int16: largest difference between the exact and the hardware reading (added tolerance)
     hardware_band: int = 0
     # int16: largest bound on how far near ties move the hardware reading (numerics.tie_bound);
@@ -190,6 +197,22 @@ def start_exact(
             gm, [[_logical(a, s) for a, s in zip(sample, inputs)] for sample in samples]
         )
 
+    def bounds(sample):
+        """Per output, the tie bound of the exact evaluation on ``sample`` (NPU order), or
+        None where an op has no rounding-sensitivity rule."""
+        from ethosu_ng.numerics.op_numerics import ExactEvaluator
+        from ethosu_ng.numerics.tie_bound import Unbounded
+
+        logical = [_logical(a, s) for a, s in zip(sample, inputs)]
+        try:
+            with torch.no_grad():
+                run = ExactEvaluator(gm).run(logical, rounding="half_up", tie_bound_within=NEAR_TIE)
+        except Unbounded:
+            return None
+        if run.tie_bounds is None:  # NEAR_TIE 0: no tie to bound
+            return None
+        return [d.expand(o.shape) for d, o in zip(run.tie_bounds, run.outputs)]
+
     def tables():
         from ethosu_ng.numerics.int16_table import graph_tables, table_mismatches
 
@@ -198,7 +221,7 @@ def start_exact(
         return len(graph_tables(tosa)), table_mismatches(gm, tosa)
 
     samples = reference.samples
-    return _EXACT_POOL.submit(lambda: (*evaluate(samples), samples, evaluate, tables()))
+    return _EXACT_POOL.submit(lambda: (*evaluate(samples), samples, evaluate, bounds, tables()))
 
 
 def _npu(t: torch.Tensor, spec: TensorSpec) -> np.ndarray:
@@ -232,7 +255,7 @@ def verify(
     except Exception as e:  # noqa: BLE001 - a graph the reference rejects cannot be checked
         return LoweringVerdict("skipped", f"TOSA reference model: {type(e).__name__}: {e}")
     try:
-        exact_runs, exact_s, exact_cpu, evaluated, evaluate, tables = exact.result()
+        exact_runs, exact_s, exact_cpu, evaluated, evaluate, bounds, tables = exact.result()
         if evaluated is not reference.samples:
             # The reference ran a fallback range: evaluate that pair (on the critical path).
             exact_runs, more_s, more_cpu = evaluate(reference.samples)
@@ -256,7 +279,8 @@ def verify(
         sample_range=reference.sample_range,
     )
     worst = (0, None, "")  # difference, output, where: the largest beyond its tolerance
-    for (want_all, flipped_all, hardware), got_all in zip(exact_runs, tosa_runs):
+    for k, ((want_all, flipped_all, hardware), got_all) in enumerate(zip(exact_runs, tosa_runs)):
+        sample_bounds: Optional[list] = None  # computed for this sample when first needed
         for j, (e, f, t, s) in enumerate(zip(want_all, flipped_all, got_all, outputs)):
             if not isinstance(e, torch.Tensor) or e.is_floating_point():
                 return LoweringVerdict("skipped", f"output {j} of the partition is not integer")
@@ -302,6 +326,17 @@ def verify(
             tol = step + amplified
             verdict.max_lsb = max(verdict.max_lsb, int(d.max()))
             over = np.flatnonzero((d > tol) & ~right)
+            if over.size and hardware is None:
+                if sample_bounds is None:
+                    sample_bounds = bounds(reference.samples[k]) or []
+                if not sample_bounds:
+                    verdict.tie_bound = -1
+                else:
+                    reach = torch.ceil(sample_bounds[j]).clamp(max=1 << 20).to(torch.int64)
+                    reach = logical_to_npu(reach, s).astype(np.int64).reshape(-1)
+                    verdict.tie_bound = max(verdict.tie_bound, int(reach[over].max()))
+                    over = over[d[over] > step + reach[over]]
+                    tol = np.maximum(tol, step + reach)
             if over.size:
                 i = int(over[np.argmax(d[over])])
                 if int(d[i]) > worst[0]:

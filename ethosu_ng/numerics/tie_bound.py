@@ -1,6 +1,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""How far the hardware's own roundings can move an int16 partition's outputs from its hardware
-reading: a bound, per output element, propagated through the graph.
+"""How far the roundings of near ties can move a partition's outputs: a bound, per output
+element, propagated through the graph. On an int16 partition it bounds the hardware reading; on
+an 8-bit one the exact evaluation, where the TOSA graph rounds some of its near ties the other
+way and a later op sums their steps with both signs (``verify_lowering``: consulted only where
+an element lies beyond the run with every tie flipped).
 
 The hardware reading (``int16_table``: the TOSA graph's lookup tables and 16-bit multipliers)
 rounds each requantization of the exact real value. The TOSA graph rounds the same value
@@ -16,9 +19,12 @@ Each value carries ``delta``, the largest difference the ties so far can make to
 for a float, steps for an integer), through each op by its local sensitivity: sums of deltas for
 an add, ``|a| db + |b| da + da db`` for a product, the weights' magnitudes for a convolution,
 linear or matmul, the table's own values over the codes within reach for a lookup, the same
-rearrangement for a view, permute, slice or concatenation. A quantize's delta is the number of
-ties within ``delta + NEAR_TIE`` of its value (how many grid steps its rounding can move), then
-saturated. An op outside these rules makes the bound unknown (``Unbounded``).
+rearrangement for a view, permute, slice or concatenation, nothing for a constant padding, the
+function's values over the codes within reach for an 8-bit lookup (an op upstream lowers to a
+TABLE), ``e^(+-2m)`` of each output for a softmax whose inputs move by ``m``. A quantize's
+delta is the number of ties within ``delta + NEAR_TIE`` of its value (how many grid steps its
+rounding can move), then saturated. An op outside these rules makes the bound unknown
+(``Unbounded``).
 """
 
 from __future__ import annotations
@@ -67,7 +73,6 @@ _REARRANGE = {
     "aten.transpose_copy.int",
     "aten.t_copy.default",
     "aten.alias_copy.default",
-    "aten.constant_pad_nd.default",
     "aten.index_select.default",
     "aten.pixel_shuffle.default",
     "aten.pixel_unshuffle.default",
@@ -142,6 +147,57 @@ def table_delta(codes: torch.Tensor, dcodes: torch.Tensor, table: torch.Tensor, 
     return worst.to(torch.float64)
 
 
+def _is_8bit_lookup(node: torch.fx.Node) -> bool:
+    """An op upstream lowers to an 8-bit TABLE: elementwise, on a per-tensor dequantized 8-bit
+    input."""
+    from ethosu_ng.adapters.arm import is_table_op
+
+    src = node.args[0] if node.args else None
+    if not isinstance(src, torch.fx.Node) or op_name(src.target) not in DEQUANTIZE_PER_TENSOR_OPS:
+        return False
+    qmin, qmax = src.args[3], src.args[4]
+    return (
+        isinstance(qmin, int) and isinstance(qmax, int) and qmax - qmin <= 255 and is_table_op(node)
+    )
+
+
+# Past this many codes of reach, a lookup's delta is its whole span.
+_LOOKUP_REACH = 16
+# A delta past any 8- or 16-bit grid: every quantize after it may take any value of its range.
+_ANYTHING = 1e30
+
+
+def _lookup_delta(node: torch.fx.Node, values: list, dx: torch.Tensor) -> torch.Tensor:
+    """The largest change of ``node``'s function over the input codes within ``dx`` (real
+    units) of each element's code, evaluated as the exact evaluation does (float64)."""
+    src = node.args[0]
+    scale, zp, qmin, qmax = (
+        _scalar(src.args[1]),
+        int(_scalar(src.args[2])),
+        src.args[3],
+        src.args[4],
+    )
+    x = values[0]
+    grid = (torch.arange(qmin, qmax + 1, dtype=torch.float64) - zp) * scale
+    table = node.target(grid, *values[1:], **node.kwargs).to(torch.float64)
+    # A code outside the function's domain (an rsqrt below 0) may be within reach: no bound
+    # but "anything", kept finite so that a later product with a zero stays a number.
+    finite = torch.isfinite(table)
+    table = torch.where(finite, table, torch.full_like(table, _ANYTHING))
+    index = (torch.round(x / scale) + zp - qmin).clamp(0, qmax - qmin).to(torch.int64)
+    reach = torch.ceil(dx.expand(x.shape) / scale).to(torch.int64)
+    here = table[index]
+    worst = torch.zeros(x.shape, dtype=torch.float64)
+    for o in range(1, min(int(reach.max()) if reach.numel() else 0, _LOOKUP_REACH) + 1):
+        for there in (index - o, index + o):
+            there = there.clamp(0, qmax - qmin)
+            moved = (table[there] - here).abs()
+            moved = torch.where(finite[there] & finite[index], moved, _ANYTHING)
+            worst = torch.where(reach >= o, torch.maximum(worst, moved), worst)
+    span = table[finite].max() - table[finite].min() if bool(finite.all()) else _ANYTHING
+    return torch.where(reach > _LOOKUP_REACH, span, worst)
+
+
 class TieBound:
     """Per node, the delta of ``_Lockstep``'s value (see the module docstring). ``step``:
     called by the hardware reading's interpreter after each node with its arguments and
@@ -187,6 +243,24 @@ class TieBound:
                 self.delta[node] = torch.cat(parts, *values[1:])
             else:
                 self.delta[node] = node.target(ds[0], *values[1:], **node.kwargs).to(torch.float64)
+        elif name in ("aten._softmax.default", "aten.softmax.int"):
+            # Inputs within m of their values scale each output by at most e^(+-2m).
+            dim = values[1]
+            m = ds[0].expand(values[0].shape).amax(dim=dim, keepdim=True)
+            self.delta[node] = (result * torch.expm1(2 * m)).to(torch.float64)
+        elif _is_8bit_lookup(node):
+            self.delta[node] = _lookup_delta(node, values, ds[0])
+        elif name in ("aten.constant_pad_nd.default", "aten.pad.default"):
+            # The padding is a constant: no tie moves it (a reflected or replicated border
+            # moves as the elements it copies).
+            mode = "constant"
+            if name == "aten.pad.default":
+                mode = values[2] if len(values) > 2 else node.kwargs.get("mode", "constant")
+            pad = values[1]
+            if mode == "constant":
+                self.delta[node] = torch.nn.functional.pad(ds[0], list(pad), value=0.0)
+            else:
+                self.delta[node] = torch.nn.functional.pad(ds[0], list(pad), mode=mode)
         elif name in _ONE_LIPSCHITZ:
             self.delta[node] = ds[0]
         elif name in _WINDOW_MAX:

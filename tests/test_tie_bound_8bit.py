@@ -1,0 +1,214 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The verified compile's tie bound on an 8-bit partition (``numerics.tie_bound``): where the
+TOSA graph rounds a subset of the near ties the other way, which the one flipped run (every tie
+the other way) does not bound, an element beyond that run is checked against the bound on what
+any subset can do. Sound op by op for the rules an 8-bit transformer needs (lookups, softmax,
+padding), used by ``verify_lowering.verify`` only beyond the flipped run, and what lets swin's
+attention logits verify (``-m slow``)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+import torch
+from executorch.exir.dialects._ops import ops as exir_ops
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ethosu_ng import EthosUNGCompileSpec
+from ethosu_ng.compiler import verify_lowering, verify_npu
+from ethosu_ng.compiler.verify_lowering import LoweringDeviation
+from ethosu_ng.numerics.tie_bound import TieBound
+from ethosu_ng.tensor_spec import TensorSpec
+
+_DQ = exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default
+_LOOKUPS = {
+    "rsqrt": exir_ops.edge.aten.rsqrt.default,
+    "exp": exir_ops.edge.aten.exp.default,
+    "sigmoid": exir_ops.edge.aten.sigmoid.default,
+    "tanh": exir_ops.edge.aten.tanh.default,
+    "gelu": exir_ops.edge.aten.gelu.default,
+    "floor": exir_ops.edge.aten.floor.default,
+}
+
+
+def _step(target, args, values, deltas, result):
+    """``TieBound.step`` on one node ``target(*args)`` of a graph whose placeholders carry
+    ``deltas``; returns the node's delta."""
+    g = torch.fx.Graph()
+    names = iter(range(100))
+    nodes = [g.placeholder(f"x{next(names)}") if isinstance(a, str) else a for a in args]
+    node = g.call_function(target, tuple(nodes))
+    bound = TieBound(1e-3)
+    for n, d in zip(nodes, deltas):
+        if isinstance(n, torch.fx.Node) and d is not None:
+            bound.delta[n] = d
+    bound.step(node, values, result)
+    return bound.delta[node]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    fn=st.sampled_from(sorted(_LOOKUPS)),
+    scale=st.sampled_from([0.002, 0.03, 0.25]),
+    zp=st.integers(-128, 127),
+    reach=st.sampled_from([0.0, 0.3, 1.0, 2.5, 7.0, 40.0]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_a_lookup_moves_no_more_than_its_bound(fn, scale, zp, reach, seed):
+    """An 8-bit lookup (a TABLE upstream lowers the op to) on inputs whose codes may move by
+    ``reach`` codes: over every code within reach, the op's float64 value moves no more than
+    the bound (tables with steep, flat and stepped regions; any zero point)."""
+    rng = np.random.default_rng(seed)
+    codes = torch.from_numpy(rng.integers(-128, 128, 64))
+    x = (codes.to(torch.float64) - zp) * scale
+    if fn == "rsqrt":
+        x = x.abs() + scale  # the partition's input to an rsqrt is a variance plus eps
+        codes = torch.round(x / scale).to(torch.int64) + zp
+        keep = codes <= 127
+        x, codes = x[keep], codes[keep]
+    target = _LOOKUPS[fn]
+    g = torch.fx.Graph()
+    q = g.placeholder("q")
+    dq = g.call_function(_DQ, (q, scale, zp, -128, 127, torch.int8))
+    node = g.call_function(target, (dq,))
+    bound = TieBound(1e-3)
+    bound.delta[dq] = torch.full(x.shape, reach * scale, dtype=torch.float64)
+    result = target(x)
+    bound.step(node, [x], result)
+    got = bound.delta[node]
+    r = int(np.ceil(reach))
+    for o in range(-r, r + 1):
+        near = (codes + o).clamp(-128, 127)
+        moved = (target((near.to(torch.float64) - zp) * scale) - result).abs()
+        moved = torch.nan_to_num(moved, nan=float("inf"))  # outside the function's domain
+        ok = (moved <= got + 1e-12) | (got >= 1e30)
+        assert bool(ok.all()), (fn, o, float((moved - got).max()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    m=st.sampled_from([0.0, 0.01, 0.2, 1.5]),
+    rows=st.integers(1, 4),
+    cols=st.integers(1, 12),
+)
+def test_softmax_moves_no_more_than_its_bound(seed, m, rows, cols):
+    """Inputs each moved by at most ``m`` (drawn per element, both signs): every softmax output
+    stays within the bound."""
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(rng.normal(0, 3, (rows, cols)))
+    d = torch.from_numpy(rng.uniform(0, m, (rows, cols)))
+    result = torch.softmax(x, -1)
+    got = _step(exir_ops.edge.aten._softmax.default, ["x", -1, False], [x, -1, False], [d], result)
+    for _ in range(20):
+        moved = x + d * torch.from_numpy(rng.choice([-1.0, 1.0], (rows, cols)))
+        assert bool(((torch.softmax(moved, -1) - result).abs() <= got + 1e-12).all())
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    value=st.sampled_from([0.0, -3.0, 2.5]), pad=st.lists(st.integers(0, 2), min_size=2, max_size=4)
+)
+def test_constant_padding_carries_no_delta(value, pad):
+    """The padding is a constant: its delta is 0 whatever its value; the rest keeps its own."""
+    x = torch.ones(2, 3, 4, dtype=torch.float64)
+    d = torch.full(x.shape, 0.5, dtype=torch.float64)
+    pad = pad[: 2 * (len(pad) // 2)]
+    result = torch.nn.functional.pad(x, pad, value=value)
+    got = _step(
+        exir_ops.edge.aten.constant_pad_nd.default, ["x", pad, value], [x, pad, value], [d], result
+    )
+    inner = torch.nn.functional.pad(d, pad, value=0.0)
+    assert torch.equal(got, inner)
+
+
+def _verify(got: int, bound):
+    """verify_lowering.verify on one int8 output: exact 0 and the flipped run 0 everywhere,
+    TOSA ``got`` at one element, and the tie bound there ``bound`` (None: the partition has an
+    op without a rule)."""
+    out = TensorSpec(torch.int8, (2, 3), (0, 1), scale=0.1, zero_point=0)
+    want = torch.zeros(2, 3, dtype=torch.int64)
+    tosa = want.clone()
+    tosa[1, 2] = got
+    ref, exact = Future(), Future()
+    ref.set_result(([[tosa.numpy()]], None, 0.0))
+    reference = verify_npu.Reference([[want.numpy()]], ref)
+    asked = []
+
+    def bounds(sample):
+        asked.append(sample)
+        if bound is None:
+            return None
+        b = torch.zeros(2, 3, dtype=torch.float64)
+        b[1, 2] = bound
+        return [b]
+
+    exact.set_result(([([want], [want], None)], 0.0, 0.0, reference.samples, None, bounds, (0, [])))
+    verdict = verify_lowering.verify(
+        "p", reference, exact, [out], EthosUNGCompileSpec("ethos-u85-256")
+    )
+    return verdict, asked
+
+
+def test_the_bound_is_asked_only_beyond_the_flipped_run():
+    verdict, asked = _verify(1, 5.0)
+    assert verdict.status == "verified" and not asked and verdict.tie_bound == 0
+
+
+@pytest.mark.parametrize("bound", [0.2, 2.0, 2.6])
+def test_an_element_within_its_tie_bound_verifies(bound):
+    """One step of rounding plus the bound, rounded up: verified, the bound in the verdict."""
+    reach = int(np.ceil(bound))
+    verdict, asked = _verify(1 + reach, bound)
+    assert verdict.status == "verified" and verdict.max_lsb == 1 + reach and len(asked) == 1
+    assert verdict.tie_bound == reach
+
+
+@pytest.mark.parametrize("bound", [0.0, 1.0, 1.4, None])
+def test_an_element_beyond_its_tie_bound_is_a_deviation(bound):
+    """A step more than that, or any element beyond the flipped run in a partition with an op
+    the bound has no rule for: a deviation."""
+    off = 2 + int(np.ceil(bound or 0))
+    with pytest.raises(LoweringDeviation, match=f"by {off} LSB"):
+        _verify(off, bound)
+
+
+@pytest.mark.slow
+def test_swin_attention_logits_verify_on_ethos_u85():
+    """swin_tiny's stage-3 entry (patch merging, norm1, the window's ``q * scale @ k^T``) fed
+    its own stage-2 activations: the TOSA graph is 2 LSB from the exact evaluation on logits the
+    flipped run moves by at most 1, within the tie bound; one partition, verified (without the
+    bound: a deviation, and with the CPU fallback the muls move)."""
+    timm = pytest.importorskip("timm")
+    from timm.models.swin_transformer import window_partition
+
+    from ethosu_ng.export import lower, quantize
+
+    torch.manual_seed(0)
+    swin = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False).eval()
+    head = torch.nn.Sequential(swin.patch_embed, swin.layers[0], swin.layers[1])
+    ds, blk = swin.layers[2].downsample, swin.layers[2].blocks[0]
+
+    class Logits(torch.nn.Module):
+        def forward(self, x):
+            x = blk.norm1(ds(x))
+            xw = window_partition(x, blk.window_size).view(-1, 49, x.shape[-1])
+            b, n, _ = xw.shape
+            qkv = blk.attn.qkv(xw).reshape(b, n, 3, blk.attn.num_heads, -1).permute(2, 0, 3, 1, 4)
+            q, k, _ = qkv.unbind(0)
+            return (q * blk.attn.scale) @ k.transpose(-2, -1)
+
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        feats = [head(torch.randn(1, 3, 224, 224, generator=g)) for _ in range(3)]
+    spec = EthosUNGCompileSpec("ethos-u85-256", cpu_fallback=False)
+    qm = quantize(Logits().eval(), (feats[0],), spec, calibration=[(f,) for f in feats[1:]])
+    edge, part = lower(qm, (feats[0],), spec)
+    assert len(part.report.partitions) == 1
+    (mod,) = [m for _, m in edge.exported_program().graph_module.named_children()]
+    v = mod.meta["_delegate_info_meta"].lowering_verification
+    # tie_bound is set only where an element lay beyond the flipped run
+    assert v.status == "verified" and v.max_lsb == 2 and v.tie_bound >= 2, v
