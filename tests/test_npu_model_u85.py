@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from models import AttentionBlock
 from npu_models import ALL
-from npu_payload import cmd_stream, commands
+from npu_payload import OP_DEPTHWISE, cmd_stream, commands
 from test_npu_model import (
     SEEDS,
     _changed_or_error,
@@ -357,6 +357,101 @@ def test_vela_u85_conv_written_transposed_into_a_concatenation_loses_channels():
     method = CrossCheckedMethod(edge.to_executorch().buffer, target)
     assert method.runs_npu_model
     method.execute(xs, "conv -> relu -> cat -> conv, verified compile")
+
+
+class DepthwiseReluCat(torch.nn.Module):
+    """1x1 depthwise conv -> relu -> cat with a second input along channels (NCHW)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.dw = torch.nn.Conv2d(channels, channels, 1, groups=channels)
+
+    def forward(self, x, y):
+        return torch.cat((torch.relu(self.dw(x)), y), 1)
+
+
+def _op_weight_streams(blob, opcode: int):
+    """(OFM depth, each core's decoded weight stream) of the first ``opcode`` operation in a U85
+    blob's command stream; the streams must sit in the weights region (region 0)."""
+    from ethosu_ng.runtime.npu_model import mlw_decode
+
+    _, words = cmd_stream(blob.command_stream)
+    r0, r1 = {}, {}
+    for _, _, op, is1, param, data in commands(words):
+        if is1:
+            r1[op] = data
+        elif op != opcode:
+            r0[op] = param
+        else:
+            assert r0.get(0x128, 0) & 7 == 0, "weights DMA'd to scratch: not traced here"
+            streams = []
+            # SET_WEIGHT{,1,2,3}_BASE / _LENGTH
+            for base, length in ((0x020, 0x021), (0x090, 0x091), (0x092, 0x093), (0x094, 0x095)):
+                if r1.get(length):
+                    at = r1[base]
+                    streams.append(mlw_decode(bytes(blob.weights[at : at + r1[length]])))
+            return r0[0x113] + 1, streams  # SET_OFM_DEPTH_M1
+    raise AssertionError(f"no operation {opcode:#x} in the command stream")
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "ethos-u85-512",
+        pytest.param("ethos-u85-1024", marks=pytest.mark.slow),
+        pytest.param("ethos-u85-2048", marks=pytest.mark.slow),
+    ],
+)
+def test_vela_u85_depthwise_written_transposed_encodes_weights_past_its_channels(target):
+    """Vela 5.1.0 on the multi-core U85 sizes: the DEPTHWISE_CONV2D (4 channels, 5 x 6 map)
+    producing the first operand of a channel concatenation, written transposed into it (the class
+    above), has its weights encoded for the transposed OFM's depth, the map's width (6), not its
+    OFM_DEPTH (4). The U85 order gives each core 4 channels in turn, so channels 4 and 5 are the
+    first two slots of core 1's stream, which regor fills from past the end of the 4-weight tensor
+    (bytes that change from compile to compile); channels 6 and 7 it pads with zeros. The NPU
+    writes no channel beyond OFM_DEPTH, but a stream encoded for another depth is Vela's fault,
+    not a valid stream: the model refuses it (a padding slot must hold zero, as regor writes it
+    for every channel the tensor has not), naming the op. The verified compile moves the
+    concatenation to the CPU, and what ships is bit-exact."""
+    from ethosu_ng.adapters.exir import pte_delegate_payloads
+    from ethosu_ng.blob import DelegateBlob
+    from ethosu_ng.runtime.npu_model import NpuModelError, npu_model_run
+    from ethosu_ng.tosa_optimize import graph as tosa_graph
+
+    torch.manual_seed(0)
+    model = DepthwiseReluCat(4).eval()
+    x = (torch.randn(1, 4, 5, 6), torch.rand(1, 4, 5, 6) - 0.5)
+    unchecked = EthosUNGCompileSpec(target, embed_tosa=True, verify_npu=False)
+    q = quantize(model, x, unchecked, calibration=[x, (x[0] * 0.5, x[1])],
+                 input_dtype=torch.int8, output_dtype=torch.int8)  # fmt: skip
+    pte = lower(q, x, unchecked)[0].to_executorch().buffer
+    ((_, data),) = pte_delegate_payloads(pte)
+    blob = DelegateBlob.from_bytes(data)
+    g = tosa_graph.read(blob.tosa)
+    dw = next(o for o in g.ops if o.op == "DEPTHWISE_CONV2D")
+    weights = g.const_array(dw.inputs[1]).reshape(-1).tolist()
+    depth, streams = _op_weight_streams(blob, OP_DEPTHWISE)
+    assert depth == 4 and len(streams) >= 2, (depth, len(streams))
+    # Core 0's first slots are channels 0-3 in the model's order: its slot order agrees.
+    assert streams[0][:4].tolist() == weights, (streams[0][:4].tolist(), weights)
+    assert not streams[1][2:].any(), "core 1 holds more than channels 4 and 5"
+    assert streams[1][:2].any(), "no weights for channels 4 and 5: the premise is gone"
+    with pytest.raises(NpuModelError) as refused:
+        fast = bytearray(blob.fast_scratch_size) if blob.fast_scratch_size else None
+        npu_model_run(blob.command_stream, blob.weights, bytearray(blob.scratch_size), fast)
+    msg = str(refused.value)
+    assert "NPU_OP_DEPTHWISE" in msg and "weight stream 1 has a non-zero value in padding" in msg
+
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    edge, part = lower(q, x, spec)
+    moved = part.report.compiler_fallback
+    assert list(moved) == ["aten_cat_default"], moved
+    assert "weight stream 1 has a non-zero value in padding" in moved["aten_cat_default"], moved
+    method = CrossCheckedMethod(edge.to_executorch().buffer, target)
+    assert method.runs_npu_model
+    gen = torch.Generator().manual_seed(1)
+    xs = [torch.randint(-128, 128, t.shape, generator=gen, dtype=torch.int8) for t in x]
+    method.execute(xs, f"depthwise -> relu -> cat on {target}, verified compile")
 
 
 class ConcatGraph(torch.nn.Module):
