@@ -412,7 +412,7 @@ def test_vela_u85_depthwise_written_transposed_encodes_weights_past_its_channels
     writes no channel beyond OFM_DEPTH, but a stream encoded for another depth is Vela's fault,
     not a valid stream: the model refuses it (a padding slot must hold zero, as regor writes it
     for every channel the tensor has not), naming the op. The verified compile moves the
-    concatenation to the CPU, and what ships is bit-exact."""
+    concatenation to the CPU, and what ships is bit-exact (Vela 5.2.0 the same)."""
     from ethosu_ng.adapters.exir import pte_delegate_payloads
     from ethosu_ng.blob import DelegateBlob
     from ethosu_ng.runtime.npu_model import NpuModelError, npu_model_run
@@ -435,18 +435,26 @@ def test_vela_u85_depthwise_written_transposed_encodes_weights_past_its_channels
     # Core 0's first slots are channels 0-3 in the model's order: its slot order agrees.
     assert streams[0][:4].tolist() == weights, (streams[0][:4].tolist(), weights)
     assert not streams[1][2:].any(), "core 1 holds more than channels 4 and 5"
-    assert streams[1][:2].any(), "no weights for channels 4 and 5: the premise is gone"
-    with pytest.raises(NpuModelError) as refused:
-        fast = bytearray(blob.fast_scratch_size) if blob.fast_scratch_size else None
-        npu_model_run(blob.command_stream, blob.weights, bytearray(blob.scratch_size), fast)
-    msg = str(refused.value)
-    assert "NPU_OP_DEPTHWISE" in msg and "weight stream 1 has a non-zero value in padding" in msg
+    # The bytes past the tensor are whatever regor's memory holds (non-zero in every compile
+    # measured); where they happen to be zero the stream is a valid one, and nothing moves.
+    garbage = bool(streams[1][:2].any())
+    fast = bytearray(blob.fast_scratch_size) if blob.fast_scratch_size else None
+    if garbage:
+        with pytest.raises(NpuModelError) as refused:
+            npu_model_run(blob.command_stream, blob.weights, bytearray(blob.scratch_size), fast)
+        msg = str(refused.value)
+        assert (
+            "NPU_OP_DEPTHWISE" in msg and "weight stream 1 has a non-zero value in padding" in msg
+        )
 
     spec = EthosUNGCompileSpec(target, embed_tosa=True)
     edge, part = lower(q, x, spec)
     moved = part.report.compiler_fallback
-    assert list(moved) == ["aten_cat_default"], moved
-    assert "weight stream 1 has a non-zero value in padding" in moved["aten_cat_default"], moved
+    if garbage:
+        assert list(moved) == ["aten_cat_default"], moved
+        assert "weight stream 1 has a non-zero value in padding" in moved["aten_cat_default"], moved
+    else:
+        assert not moved, moved
     method = CrossCheckedMethod(edge.to_executorch().buffer, target)
     assert method.runs_npu_model
     gen = torch.Generator().manual_seed(1)
