@@ -165,34 +165,56 @@ def _verdicts(r: dict) -> str:
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
 
 
+def _cell(r: dict) -> dict:
+    if r is None:
+        return {}
+    if not r["ok"]:
+        return {"failed": r["why"]}
+    return {
+        "partitions": str(r["partitions"]),
+        "cycles": f"{r['npu_cycles']:,.0f}" if r["npu_cycles"] else "-",
+        "sram": f"{r['sram_kib']:,.1f}",
+        "verdicts": _verdicts(r),
+        "cpu": f"{len(r['cpu_ops'])} / {len(r['moved_by_compiler'])}",
+        "cpu_s": f"{r['compile_cpu_s']:.1f}",
+    }
+
+
 def table(rows: list, versions: list) -> str:
+    """One line per (model, target): each figure as ``first / second`` Vela."""
+    a, b = versions[:2]
     out = [
-        "| model | target | Vela | partitions | NPU cycles | SRAM KiB | verdicts | ops on CPU "
-        "| moved by the compiler | compile CPU s | same program as " + versions[0] + " |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| model | target | partitions | NPU cycles ({a} / {b}) | change | SRAM KiB "
+        "| verdicts (lowering, stream) | CPU ops / moved by the compiler | compile CPU s "
+        "| same program |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    targets = [t for t in TARGETS + ["ethos-u65-256"] if any(r["target"] == t for r in rows)]
     for model in ZOO:
-        for target in sorted({r["target"] for r in rows}):
+        for target in targets:
             by = {r["vela"]: r for r in rows if r["model"] == model and r["target"] == target}
-            for v in versions:
-                r = by.get(v)
-                if r is None:
-                    continue
-                if not r["ok"]:
-                    out.append(f"| {model} | {target} | {v} | failed: {r['why']} |||||||")
-                    continue
-                base = by.get(versions[0])
-                same = "-"
-                if v != versions[0] and base and base["ok"]:
-                    a = [d["program_sha"] for d in base["delegates"]]
-                    b = [d["program_sha"] for d in r["delegates"]]
-                    same = "yes" if a == b else "no"
-                cyc = f"{r['npu_cycles']:,.0f}" if r["npu_cycles"] else "-"
-                out.append(
-                    f"| {model} | {target} | {v} | {r['partitions']} | {cyc} "
-                    f"| {r['sram_kib']:,.1f} | {_verdicts(r)} | {len(r['cpu_ops'])} "
-                    f"| {len(r['moved_by_compiler'])} | {r['compile_cpu_s']} | {same} |"
-                )
+            if a not in by and b not in by:
+                continue
+            ca, cb = _cell(by.get(a)), _cell(by.get(b))
+
+            def pair(key, ca=ca, cb=cb):
+                x = ca.get(key, ca.get("failed", "not run"))
+                y = cb.get(key, cb.get("failed", "not run"))
+                return x if x == y else f"{x} / {y}"
+
+            change = same = "-"
+            ra, rb = by.get(a), by.get(b)
+            if ra and rb and ra["ok"] and rb["ok"]:
+                if ra["npu_cycles"] and rb["npu_cycles"]:
+                    change = f"{100 * (rb['npu_cycles'] / ra['npu_cycles'] - 1):+.1f}%"
+                sa = [d["program_sha"] for d in ra["delegates"]]
+                same = "yes" if sa == [d["program_sha"] for d in rb["delegates"]] else "no"
+            out.append(
+                f"| {model} | {target} | {pair('partitions')} | "
+                f"{ca.get('cycles', 'failed')} / {cb.get('cycles', 'failed')} | {change} "
+                f"| {pair('sram')} | {pair('verdicts')} | {pair('cpu')} "
+                f"| {ca.get('cpu_s', '-')} / {cb.get('cpu_s', '-')} | {same} |"
+            )
     return "\n".join(out)
 
 
