@@ -38,8 +38,7 @@ def _step(target, args, values, deltas, result):
     """``TieBound.step`` on one node ``target(*args)`` of a graph whose placeholders carry
     ``deltas``; returns the node's delta."""
     g = torch.fx.Graph()
-    names = iter(range(100))
-    nodes = [g.placeholder(f"x{next(names)}") if isinstance(a, str) else a for a in args]
+    nodes = [g.placeholder(f"x{k}") if isinstance(a, str) else a for k, a in enumerate(args)]
     node = g.call_function(target, tuple(nodes))
     bound = TieBound(1e-3)
     for n, d in zip(nodes, deltas):
