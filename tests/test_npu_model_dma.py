@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""The NPU model's Ethos-U85 2D/3D DMA (runtime/ethosu_ng/npu_model/dma.cpp) against a numpy
-reference of the register semantics regor's GenerateDMA emits by: SIZE1 planes (3D) of SIZE0
-rows of LEN bytes, row r of plane p read at SRC + p*SRC_STRIDE1 + r*SRC_STRIDE0 and written at
-DST + p*DST_STRIDE1 + r*DST_STRIDE0, planes outer, rows inner."""
+"""The NPU model's Ethos-U85 2D/3D and indexed DMA (runtime/ethosu_ng/npu_model/dma.cpp) against
+a numpy reference of the register semantics regor's GenerateDMA emits by: SIZE1 planes (3D) of
+SIZE0 rows of LEN bytes, row r of plane p read at SRC + p*SRC_STRIDE1 + r*SRC_STRIDE0 and written
+at DST + p*DST_STRIDE1 + r*DST_STRIDE0, planes outer, rows inner; with idx_mode on one side
+(gather: source, scatter: destination) that side's r is the int32 index at
+IDX + (p*SIZE0 + r)*4 + p*IDX_SKIP1, in 0..IDX_MAX."""
 
 from __future__ import annotations
 
@@ -166,15 +168,189 @@ def test_strided_dma_reserved_fields_are_errors():
     assert "DMA0_DST_REGION 0x0201: bits 9..10 are reserved" in _error(cmds)
 
 
-@pytest.mark.parametrize("mode", [0, 1, 2])
-def test_indexed_dma_is_refused_in_every_stride_mode(mode):
-    """regor's scatter/gather (index_put, gather) set idx_mode (bit 11) beside a 2D/3D stride
-    mode; the model does not implement indexing, so it must refuse rather than copy rows."""
-    for offset in (3, 0):  # DMA0_DST_REGION, DMA0_SRC_REGION
-        cmds = strided_dma(mode, 1, 0, 0, 4, 2, 2, 4, 8, 4, 8)
-        cmds[offset] |= (1 << 11) << 16
-        msg = _error(cmds)
-        assert "indexed (gather/scatter) DMA not modelled" in msg and "command 11" in msg, msg
+DMA_IDX_REGION, DMA_IDX, DMA_IDX_MAX, DMA_IDX_SKIP1 = 0x134, 0x037, 0x038, 0x039
+IDX_MEMORY = 256  # region 2 (fast scratch) holds the indices, apart from what the DMA writes
+
+
+def indexed_dma(
+    mode,
+    scatter,
+    src,
+    dst,
+    length,
+    size0,
+    size1,
+    s0,
+    s1,
+    d0,
+    d1,
+    idx_max,
+    skip1,
+    idx_region=2,
+    idx=0,
+) -> List[int]:
+    """A gather (source indexed) or scatter (destination indexed) from region 1 to region 1
+    in stride mode ``mode``, with indices at ``idx`` in ``idx_region``, then STOP."""
+    cmds = strided_dma(mode, 1, src, dst, length, size0, size1, s0, s1, d0, d1)
+    side = 3 if scatter else 0  # DMA0_DST_REGION / DMA0_SRC_REGION
+    cmds[side] |= (1 << 11) << 16
+    return [
+        *cmds[:-2],
+        cmd0(DMA_IDX_REGION, idx_region),
+        *cmd1(DMA_IDX_MAX, idx_max),
+        *cmd1(DMA_IDX, idx),
+        *cmd1(DMA_IDX_SKIP1, skip1),
+        *cmds[-2:],
+    ]
+
+
+def indexed_reference(
+    mode, scatter, mem, indices, src, dst, length, size0, size1, s0, s1, d0, d1, idx_max, skip1
+):
+    """numpy of the documented semantics on ``mem`` (region 1) in place: the indexed side's
+    row r of plane p is the int32 at byte (p * SIZE0 + r) * 4 + p * IDX_SKIP1 of ``indices``."""
+    rows = 1 if mode == 0 else size0
+    planes = size1 if mode == 2 else 1
+    if mode != 2:
+        s1 = d1 = 0
+    for p in range(planes):
+        for r in range(rows):
+            at = (p * rows + r) * 4 + p * skip1
+            i = int(np.frombuffer(indices[at : at + 4].tobytes(), "<i4")[0])
+            assert 0 <= i <= idx_max
+            a = src + p * s1 + (r if scatter else i) * s0
+            b = dst + p * d1 + (i if scatter else r) * d0
+            mem[b : b + length] = mem[a : a + length].copy()
+
+
+@st.composite
+def indexed_dmas(draw):
+    """In-bounds gathers and scatters, indices (repeats likely) within 0..IDX_MAX, and random
+    bytes in the IDX_SKIP1 gaps (an index read from a gap would be out of range)."""
+    mode = draw(st.sampled_from([0, 1, 2]))
+    scatter = draw(st.booleans())
+    length = draw(st.integers(1, 12))
+    size0 = draw(st.integers(1, 5))
+    size1 = draw(st.integers(1, 4))
+    rows = size0 if mode else 1
+    planes = size1 if mode == 2 else 1
+    idx_max = draw(st.integers(0, 6))
+    skip1 = draw(st.integers(0, 3)) * 4 if mode == 2 else draw(st.integers(0, 8))
+    if planes * rows * 4 + (planes - 1) * skip1 > IDX_MEMORY:
+        skip1 = 0
+
+    def layout(indexed):
+        s0 = draw(st.integers(0, 24))
+        s1 = draw(st.integers(0, 80)) if mode == 2 else 0
+        last_row = idx_max if indexed else rows - 1
+        extent = (planes - 1) * s1 + last_row * s0 + length
+        start = draw(st.integers(0, SCRATCH - extent)) if extent <= SCRATCH else None
+        return s0, s1, start
+
+    s0, s1, src = layout(not scatter)
+    d0, d1, dst = layout(scatter)
+    if src is None or dst is None:
+        mode, size0, size1, s0, s1, d0, d1, src, dst, length = 0, 1, 1, 0, 0, 0, 0, 0, 0, 1
+        planes = rows = 1
+    values = draw(st.lists(st.integers(0, idx_max), min_size=planes * rows, max_size=planes * rows))
+    return (mode, scatter, src, dst, length, size0, size1, s0, s1, d0, d1, idx_max, skip1), values
+
+
+def _index_memory(values, rows, skip1, rng) -> np.ndarray:
+    """IDX_MEMORY random bytes with ``values`` (int32, plane after plane of ``rows``) at 0."""
+    mem = rng.integers(0, 256, IDX_MEMORY, dtype=np.uint8)
+    for k, v in enumerate(values):
+        p, r = divmod(k, rows)
+        at = (p * rows + r) * 4 + p * skip1
+        mem[at : at + 4] = np.frombuffer(struct.pack("<i", v), np.uint8)
+    return mem
+
+
+@settings(max_examples=120, deadline=None)
+@given(indexed_dmas(), st.integers(0, 2**32 - 1))
+def test_indexed_dma_matches_reference(dma, seed):
+    regs, values = dma
+    mode, scatter, size0, skip1 = regs[0], regs[1], regs[5], regs[12]
+    rng = np.random.default_rng(seed)
+    scratch = rng.integers(0, 256, SCRATCH, dtype=np.uint8)
+    indices = _index_memory(values, size0 if mode else 1, skip1, rng)
+    out = bytearray(scratch.tobytes())
+    rt.npu_model_run(
+        u85_payload(indexed_dma(*regs)), bytes(WEIGHTS), out, bytearray(indices.tobytes())
+    )
+    expect = scratch.copy()
+    indexed_reference(mode, scatter, expect, indices, *regs[2:])
+    assert np.array_equal(np.frombuffer(bytes(out), np.uint8), expect)
+
+
+def test_scatter_with_repeated_indices_writes_in_order():
+    """index_put without accumulate on repeated indices: the last row written wins."""
+    scratch = bytearray(range(64))
+    indices = struct.pack("<3i", 1, 1, 1) + bytes(IDX_MEMORY - 12)
+    # Rows 0..2 of 4 bytes at 32 scattered into rows of 4 bytes at 0: all to row 1.
+    regs = (1, True, 32, 0, 4, 3, 1, 4, 0, 4, 0, 3, 0)
+    rt.npu_model_run(u85_payload(indexed_dma(*regs)), bytes(WEIGHTS), scratch, bytearray(indices))
+    assert bytes(scratch[4:8]) == bytes([40, 41, 42, 43]), list(scratch[:16])
+    assert bytes(scratch[0:4]) == bytes([0, 1, 2, 3]) and bytes(scratch[8:12]) == bytes(
+        range(8, 12)
+    )
+
+
+def _indexed_error(regs, indices: bytes) -> str:
+    with pytest.raises(rt.NpuModelError) as info:
+        rt.npu_model_run(
+            u85_payload(indexed_dma(*regs)),
+            bytes(WEIGHTS),
+            bytearray(SCRATCH),
+            bytearray(indices + bytes(IDX_MEMORY - len(indices))),
+        )
+    return str(info.value)
+
+
+@pytest.mark.parametrize("scatter", [False, True])
+@pytest.mark.parametrize("bad", [4, -1, 2**31 - 1])
+def test_indexed_dma_index_out_of_range_is_an_error_naming_it(scatter, bad):
+    """The third index (plane 0, row 2) is past IDX_MAX 3 or negative: an error naming the
+    command and the index, and nothing of the bad row is copied."""
+    regs = (1, scatter, 0, 64, 4, 4, 1, 4, 0, 4, 0, 3, 0)
+    msg = _indexed_error(regs, struct.pack("<4i", 0, 3, bad, 1))
+    assert "command 15" in msg and "NPU_OP_DMA_START" in msg, msg
+    assert f"index {bad} (plane 0, row 2" in msg and "outside 0..DMA0_IDX_MAX 3" in msg, msg
+
+
+# (regs, culprit in the message)
+INDEXED_OUT_OF_BOUNDS = [
+    # A gather's source spans rows 0..IDX_MAX: IDX_MAX 200 of 4-byte rows leaves the 512 bytes.
+    ((1, False, 0, 0, 4, 2, 1, 4, 0, 4, 0, 200, 0), "indexed DMA source"),
+    # A scatter's destination likewise, with a stride near 2^40.
+    ((0, True, 0, 0, 4, 1, 1, 4, 0, (1 << 40) - 1, 0, 1, 0), "indexed DMA destination"),
+    # The indices (4 planes of 5 int32 with a 64-byte skip) run past the 256-byte region 2.
+    ((2, False, 0, 0, 1, 5, 4, 1, 1, 1, 8, 0, 64), "indexed DMA indices"),
+    # A huge IDX_SKIP1 (40-bit) between planes.
+    ((2, True, 0, 0, 1, 1, 2, 1, 1, 1, 1, 0, (1 << 40) - 4), "indexed DMA indices"),
+]
+
+
+@pytest.mark.parametrize(
+    "case", INDEXED_OUT_OF_BOUNDS, ids=[str(i) for i in range(len(INDEXED_OUT_OF_BOUNDS))]
+)
+def test_indexed_dma_outside_region_is_an_error_naming_the_command(case):
+    regs, culprit = case
+    msg = _indexed_error(regs, b"")
+    assert "command 15" in msg and culprit in msg and "outside region" in msg, msg
+
+
+def test_indexed_dma_reserved_fields_are_errors():
+    regs = (1, False, 0, 0, 4, 2, 1, 4, 0, 4, 0, 3, 0)
+    cmds = indexed_dma(*regs)
+    cmds[3] |= (1 << 11) << 16  # DMA0_DST_REGION idx_mode beside the source's
+    with pytest.raises(rt.NpuModelError, match="idx_mode .bit 11. set on both sides"):
+        rt.npu_model_run(u85_payload(cmds), bytes(WEIGHTS), bytearray(SCRATCH), bytearray(256))
+    msg = _indexed_error((*regs[:11], 1 << 31, 0), b"")
+    assert "DMA0_IDX_MAX 0x80000000: bit 31 is reserved" in msg, msg
+    cmds = indexed_dma(*regs, idx_region=5)
+    with pytest.raises(rt.NpuModelError, match="indexed DMA indices.*region 5 is not provided"):
+        rt.npu_model_run(u85_payload(cmds), bytes(WEIGHTS), bytearray(SCRATCH), bytearray(256))
 
 
 @pytest.mark.parametrize("mode", [1, 2])

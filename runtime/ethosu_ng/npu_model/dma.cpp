@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // DMA (NPU_OP_DMA_START): 1-D copies between regions and into the internal
-// memory (LUTs), and Ethos-U85 2D/3D strided copies. See docs/npu-model.md.
+// memory (LUTs), and Ethos-U85 2D/3D strided and indexed (gather/scatter)
+// copies. See docs/npu-model.md.
 #include <ethosu_ng/npu_model/model.h>
 #include <ethosu_ng/npu_model/registers_u85.h>
 
@@ -41,14 +42,7 @@ Error Model::op_dma() {
     return fail(Error::NotSupported, "DMA0_SRC_REGION 0x%04x: reads from internal memory",
                 src_reg);
   }
-  // Ethos-U85: idx_mode (bit 11, gather/scatter) and its LUT memory are not modelled.
-  if (u85_ && (((src_reg | dst_reg) >> 11) & 1)) {
-    return fail(Error::NotSupported,
-                "DMA0_SRC_REGION 0x%04x / DST_REGION 0x%04x: indexed (gather/scatter) DMA not "
-                "modelled",
-                src_reg, dst_reg);
-  }
-  if (stride_mode != 0) {
+  if (u85_ && (stride_mode != 0 || (((src_reg | dst_reg) >> 11) & 1))) {
     return u85_dma_strided(src_reg, dst_reg, stride_mode);
   }
   uint8_t* s;
@@ -80,31 +74,46 @@ Error Model::op_dma() {
   return Error::Ok;
 }
 
-// Ethos-U85 2D/3D DMA (regor EthosU85RCSGenerator::GenerateDMA): SIZE1 planes (3D; 1 in
-// 2D) of SIZE0 rows of LEN contiguous bytes. Row r of plane p is read at
-// SRC + p * SRC_STRIDE1 + r * SRC_STRIDE0 and written at DST + p * DST_STRIDE1 +
-// r * DST_STRIDE0, planes outer, rows inner, each row copied before the next. Strides are
-// unsigned byte offsets.
+// Ethos-U85 2D/3D and indexed DMA (regor EthosU85RCSGenerator::GenerateDMA and
+// HLCStreamGenerator::GenerateHLCDMACommands): SIZE1 planes (3D; 1 otherwise) of SIZE0 rows
+// (2D/3D; 1 in 1D) of LEN contiguous bytes. Row r of plane p is read at SRC + p * SRC_STRIDE1 +
+// r * SRC_STRIDE0 and written at DST + p * DST_STRIDE1 + r * DST_STRIDE0, planes outer, rows
+// inner, each row copied before the next. Strides are unsigned byte offsets. With idx_mode
+// (bit 11) on one side (gather: source, scatter: destination) that side's row coordinate r is
+// replaced by the int32 index read at IDX + (p * SIZE0 + r) * 4 + p * IDX_SKIP1 in the
+// DMA0_IDX_REGION region, which must lie in 0..IDX_MAX; repeated indices of a scatter are
+// written in order, the last one wins.
 Error Model::u85_dma_strided(uint16_t src_reg, uint16_t dst_reg, int stride_mode) {
   const uint64_t len = a1(SET_DMA0_LEN);
   const uint64_t src = a1(SET_DMA0_SRC);
   const uint64_t dst = a1(SET_DMA0_DST);
-  const uint64_t rows = p0(SET_DMA0_SIZE0);
+  const uint64_t rows = stride_mode == 0 ? 1 : p0(SET_DMA0_SIZE0);
   const uint64_t planes = stride_mode == 2 ? p0(SET_DMA0_SIZE1) : 1;
-  const uint64_t src_row = a1(static_cast<Cmd1>(U85_SET_DMA0_SRC_STRIDE0));
-  const uint64_t dst_row = a1(static_cast<Cmd1>(U85_SET_DMA0_DST_STRIDE0));
+  const bool src_indexed = (src_reg >> 11) & 1;
+  const bool dst_indexed = (dst_reg >> 11) & 1;
+  // In 1D mode the indexed side still steps by its STRIDE0 (regor emits it for that side).
+  const uint64_t src_row =
+      stride_mode != 0 || src_indexed ? a1(static_cast<Cmd1>(U85_SET_DMA0_SRC_STRIDE0)) : 0;
+  const uint64_t dst_row =
+      stride_mode != 0 || dst_indexed ? a1(static_cast<Cmd1>(U85_SET_DMA0_DST_STRIDE0)) : 0;
   const uint64_t src_plane = stride_mode == 2 ? a1(static_cast<Cmd1>(U85_SET_DMA0_SRC_STRIDE1)) : 0;
   const uint64_t dst_plane = stride_mode == 2 ? a1(static_cast<Cmd1>(U85_SET_DMA0_DST_STRIDE1)) : 0;
+  const int dims = stride_mode + 1;
+  if (src_indexed && dst_indexed) {
+    return fail(Error::InvalidProgram,
+                "DMA0_SRC_REGION 0x%04x / DST_REGION 0x%04x: idx_mode (bit 11) set on both sides",
+                src_reg, dst_reg);
+  }
   if (rows == 0 || planes == 0) {
     return fail(Error::InvalidProgram,
                 "%dD DMA with DMA0_SIZE0 %llu, DMA0_SIZE1 %llu: each size must be at least 1",
-                stride_mode + 1, static_cast<unsigned long long>(rows),
+                dims, static_cast<unsigned long long>(rows),
                 static_cast<unsigned long long>(planes));
   }
   if ((dst_reg >> 8) & 1) {
     return fail(Error::NotSupported,
-                "DMA0_DST_REGION 0x%04x: %dD DMA into internal memory not modelled", dst_reg,
-                stride_mode + 1);
+                "DMA0_DST_REGION 0x%04x: %dD%s DMA into internal memory not modelled", dst_reg,
+                dims, src_indexed ? " indexed" : "");
   }
   // rows * planes < 2^32 and len < 2^40, so the byte count is checked by division; each
   // extent term is below 2^56 and the sums below 2^58.
@@ -112,33 +121,80 @@ Error Model::u85_dma_strided(uint16_t src_reg, uint16_t dst_reg, int stride_mode
   if (len > kMaxElements / copies) {
     return fail(Error::NotSupported,
                 "%dD DMA of %llu x %llu rows of %llu bytes exceeds the model's limit of %llu bytes",
-                stride_mode + 1, static_cast<unsigned long long>(planes),
+                dims, static_cast<unsigned long long>(planes),
                 static_cast<unsigned long long>(rows), static_cast<unsigned long long>(len),
                 static_cast<unsigned long long>(kMaxElements));
   }
-  // The hull of one side's rows is what region_span checks and notes for the hazard check.
+  const uint32_t idx_max_word = d1(static_cast<Cmd1>(U85_SET_DMA0_IDX_MAX));
+  if ((src_indexed || dst_indexed) && (idx_max_word >> 31) != 0) {
+    return fail(Error::InvalidProgram, "DMA0_IDX_MAX 0x%08x: bit 31 is reserved",
+                static_cast<unsigned>(idx_max_word));
+  }
+  const uint64_t idx_max = idx_max_word;
+  // The hull of one side's rows is what region_span checks and notes for the hazard check;
+  // the indexed side spans rows 0..IDX_MAX.
   auto side = [&](const char* name, uint16_t reg, uint64_t addr, uint64_t row, uint64_t plane,
-                  bool write, uint8_t** out) {
-    const uint64_t extent = len == 0 ? 0 : (planes - 1) * plane + (rows - 1) * row + len;
-    char what[160];
+                  bool indexed, bool write, uint8_t** out) {
+    const uint64_t last_row = indexed ? idx_max : rows - 1;
+    const uint64_t extent = len == 0 ? 0 : (planes - 1) * plane + last_row * row + len;
+    char what[192];
     snprintf(what, sizeof(what),
-             "%dD DMA %s (SIZE0 %llu, SIZE1 %llu, LEN %llu, STRIDE0 %llu, STRIDE1 %llu)",
-             stride_mode + 1, name, static_cast<unsigned long long>(rows),
+             "%dD%s DMA %s (SIZE0 %llu, SIZE1 %llu, LEN %llu, STRIDE0 %llu, STRIDE1 %llu%s)", dims,
+             indexed ? " indexed" : "", name, static_cast<unsigned long long>(rows),
              static_cast<unsigned long long>(planes), static_cast<unsigned long long>(len),
-             static_cast<unsigned long long>(row), static_cast<unsigned long long>(plane));
+             static_cast<unsigned long long>(row), static_cast<unsigned long long>(plane),
+             indexed ? ", rows 0..IDX_MAX" : "");
     return region_span(reg & 0xff, addr, extent, write, what, out);
   };
   uint8_t* s;
   uint8_t* d;
-  Error e = side("source", src_reg, src, src_row, src_plane, false, &s);
-  e = e == Error::Ok ? side("destination", dst_reg, dst, dst_row, dst_plane, true, &d) : e;
+  Error e = side("source", src_reg, src, src_row, src_plane, src_indexed, false, &s);
+  e = e == Error::Ok ? side("destination", dst_reg, dst, dst_row, dst_plane, dst_indexed, true, &d)
+                     : e;
   if (e != Error::Ok) {
     return e;
+  }
+  const uint8_t* idx = nullptr;
+  const uint64_t idx_addr = a1(static_cast<Cmd1>(U85_SET_DMA0_IDX));
+  const uint64_t idx_skip = a1(static_cast<Cmd1>(U85_SET_DMA0_IDX_SKIP1));
+  const int idx_region = p0(static_cast<Cmd0>(U85_SET_DMA0_IDX_REGION));
+  if (src_indexed || dst_indexed) {
+    // rows * planes * 4 < 2^34 and (planes - 1) * IDX_SKIP1 < 2^56.
+    const uint64_t idx_extent = copies * 4 + (planes - 1) * idx_skip;
+    uint8_t* p;
+    char what[160];
+    snprintf(what, sizeof(what),
+             "indexed DMA indices (%llu x %llu int32, IDX_SKIP1 %llu, DMA0_IDX_REGION)",
+             static_cast<unsigned long long>(planes), static_cast<unsigned long long>(rows),
+             static_cast<unsigned long long>(idx_skip));
+    e = region_span(idx_region, idx_addr, idx_extent, false, what, &p);
+    if (e != Error::Ok) {
+      return e;
+    }
+    idx = p;
   }
   if (len > 0) {
     for (uint64_t p = 0; p < planes; ++p) {
       for (uint64_t r = 0; r < rows; ++r) {
-        std::memmove(d + p * dst_plane + r * dst_row, s + p * src_plane + r * src_row, len);
+        uint64_t src_r = r;
+        uint64_t dst_r = r;
+        if (idx != nullptr) {
+          const uint64_t at = (p * rows + r) * 4 + p * idx_skip;
+          int32_t index;
+          std::memcpy(&index, idx + at, 4);
+          if (index < 0 || static_cast<uint64_t>(index) > idx_max) {
+            return fail(Error::InvalidProgram,
+                        "indexed DMA: index %ld (plane %llu, row %llu, read at region %d address "
+                        "0x%llx) outside 0..DMA0_IDX_MAX %llu",
+                        static_cast<long>(index), static_cast<unsigned long long>(p),
+                        static_cast<unsigned long long>(r), idx_region,
+                        static_cast<unsigned long long>(idx_addr + at),
+                        static_cast<unsigned long long>(idx_max));
+          }
+          (src_indexed ? src_r : dst_r) = static_cast<uint64_t>(index);
+        }
+        std::memmove(d + p * dst_plane + dst_r * dst_row, s + p * src_plane + src_r * src_row,
+                     len);
       }
     }
   }

@@ -194,7 +194,7 @@ class Model {
   Error op_pool();
   Error op_elementwise();
   Error op_dma();
-  // Ethos-U85 2D/3D DMA (DMA0_SRC_REGION stride_mode 1 or 2).
+  // Ethos-U85 2D/3D DMA (DMA0_SRC_REGION stride_mode 1 or 2) and indexed DMA (idx_mode).
   Error u85_dma_strided(uint16_t src_reg, uint16_t dst_reg, int stride_mode);
   // Ethos-U85 (u85_*.cpp).
   Error u85_conv(bool depthwise);

@@ -32,6 +32,11 @@ enum U85Cmd1 : uint16_t {
   U85_SET_DMA0_SRC_STRIDE1 = 0x034,
   U85_SET_DMA0_DST_STRIDE0 = 0x035,
   U85_SET_DMA0_DST_STRIDE1 = 0x036,
+  // Indexed (gather/scatter) DMA: address of the int32 indices, the largest
+  // index allowed, and the bytes skipped in the indices after each plane.
+  U85_SET_DMA0_IDX = 0x037,
+  U85_SET_DMA0_IDX_MAX = 0x038,
+  U85_SET_DMA0_IDX_SKIP1 = 0x039,
   U85_SET_WEIGHT2_BASE = 0x092,
   U85_SET_WEIGHT2_LENGTH = 0x093,
   U85_SET_WEIGHT3_BASE = 0x094,
