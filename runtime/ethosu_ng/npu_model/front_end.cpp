@@ -289,7 +289,12 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
   kernels_in_flight_.clear();
   size_t i = 0;
   size_t index = first_index;
+  uint64_t executed = 0;
+  flag_source_ = FlagSource::None;
+  ofm_values_written_ = 0;
+  command_at_.clear();
   while (i < nwords) {
+    ++executed;
     uint32_t w;
     std::memcpy(&w, words + 4 * i, 4);
     const uint16_t code = w & 0xffff;
@@ -316,7 +321,42 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
         return fail(Error::InvalidProgram, "unknown cmd1 opcode (word 0x%08x)", w);
       }
       if (u85_ && op == U85_OP_BRANCH) {
-        return fail(Error::NotSupported, "branches within the command stream not modelled");
+        // regor EthosU85RCSGenerator::GenerateBranch: parameter bit 0 branch_cond (0 ALWAYS,
+        // 1 RF_TRUE), the payload the target's byte offset in the stream.
+        if ((param & ~1u) != 0) {
+          return fail(Error::InvalidProgram, "NPU_OP_BRANCH 0x%04x: reserved bits 0x%04x set",
+                      param, static_cast<unsigned>(param & ~1u));
+        }
+        bool taken = true;
+        if (param & 1) {
+          if (flag_source_ != FlagSource::Kernel || flag_ofm_values_ != 1) {
+            return fail(Error::NotSupported,
+                        "BRANCH_COND_RF_TRUE: COND_STATUS after %s not modelled (the model takes "
+                        "the result flag from a kernel writing one OFM element)",
+                        flag_source_ == FlagSource::None  ? "no kernel"
+                        : flag_source_ == FlagSource::Dma ? "a DMA"
+                                                          : "a kernel writing several elements");
+          }
+          taken = flag_value_ != 0;
+        }
+        if (!taken) {
+          i += 2;
+          ++index;
+          continue;
+        }
+        if (executed >= kMaxCommandsExecuted) {
+          return fail(Error::NotSupported,
+                      "%llu commands executed: over the model's limit of 2^%d per stream "
+                      "(ETHOSU_NG_NPU_MODEL_MAX_COMMANDS_LOG2; a loop that does not end?)",
+                      static_cast<unsigned long long>(executed),
+                      ETHOSU_NG_NPU_MODEL_MAX_COMMANDS_LOG2);
+        }
+        Error e = branch_target(words, nwords, data, &i, &index);
+        if (e != Error::Ok) {
+          return e;
+        }
+        index += first_index;
+        continue;
       }
       if (!u85_) {
         Error e = check_u55_cmd1(op, param);
@@ -352,29 +392,34 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
             e = u85_check_acc(false);
             e = e == Error::Ok ? u85_conv(op == OP_DEPTHWISE) : e;
             e = e == Error::Ok ? end_access(false) : e;
+            note_result(false);
             break;
           case OP_POOL:
             begin_access();
             e = u85_check_acc(true);
             e = e == Error::Ok ? u85_pool() : e;
             e = e == Error::Ok ? end_access(false) : e;
+            note_result(false);
             break;
           case OP_ELEMENTWISE:
             begin_access();
             e = u85_check_acc(false);
             e = e == Error::Ok ? u85_elementwise() : e;
             e = e == Error::Ok ? end_access(false) : e;
+            note_result(false);
             break;
           case U85_OP_RESIZE:
             begin_access();
             e = u85_check_acc(false);
             e = e == Error::Ok ? u85_resize() : e;
             e = e == Error::Ok ? end_access(false) : e;
+            note_result(false);
             break;
           case OP_DMA_START:
             begin_access();
             e = op_dma();
             e = e == Error::Ok ? end_access(true) : e;
+            note_result(true);
             break;
           default:
             r0_[op] = param;
@@ -440,6 +485,30 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
     ++index;
   }
   in_stream_ = false;
+  return Error::Ok;
+}
+
+Error Model::branch_target(const uint8_t* words, size_t nwords, uint32_t target, size_t* word,
+                           size_t* index) {
+  if (command_at_.empty()) {
+    // The stream's command boundaries, decoded as execute_stream does.
+    command_at_.assign(nwords, kNotACommand);
+    uint32_t k = 0;
+    for (size_t j = 0; j < nwords; ++k) {
+      uint32_t w;
+      std::memcpy(&w, words + 4 * j, 4);
+      command_at_[j] = k;
+      j += ((w >> 14) & 3) == 1 ? 2 : 1;
+    }
+  }
+  const size_t at = target / 4;
+  if (target % 4 != 0 || at >= nwords || command_at_[at] == kNotACommand) {
+    return fail(Error::InvalidProgram,
+                "branch target 0x%08x: not the first word of a command in the %lu-word stream",
+                static_cast<unsigned>(target), static_cast<unsigned long>(nwords));
+  }
+  *word = at;
+  *index = command_at_[at];
   return Error::Ok;
 }
 

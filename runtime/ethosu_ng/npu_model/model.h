@@ -50,6 +50,12 @@ constexpr int kLutS16S16 = 8;
 #endif
 constexpr uint64_t kMaxElements = uint64_t{1} << ETHOSU_NG_NPU_MODEL_MAX_ELEMENTS_LOG2;
 constexpr uint64_t kMaxMacs = uint64_t{1} << ETHOSU_NG_NPU_MODEL_MAX_MACS_LOG2;
+// The most commands one run of an Ethos-U85 stream may execute: NPU_OP_BRANCH can loop, and a
+// loop whose condition never turns false must end in an error, not hang the host.
+#ifndef ETHOSU_NG_NPU_MODEL_MAX_COMMANDS_LOG2
+#define ETHOSU_NG_NPU_MODEL_MAX_COMMANDS_LOG2 24
+#endif
+constexpr uint64_t kMaxCommandsExecuted = uint64_t{1} << ETHOSU_NG_NPU_MODEL_MAX_COMMANDS_LOG2;
 
 
 struct FeatureMap {
@@ -300,6 +306,32 @@ class Model {
   int hull_region_[3] = {};
   std::deque<InFlight> dma_in_flight_, kernels_in_flight_;
   size_t dma_in_flight_cap_ = 1;
+
+  // ---- Ethos-U85 control flow (NPU_OP_BRANCH)
+  // Taken branch to byte offset `target` of the stream: sets *word to its word and *index to
+  // the command index there, or an error when it is not the first word of a command.
+  Error branch_target(const uint8_t* words, size_t nwords, uint32_t target, size_t* word,
+                      size_t* index);
+  // Command index of each word of the stream (kNotACommand for cmd1 payload words), built at
+  // the first branch.
+  static constexpr uint32_t kNotACommand = UINT32_MAX;
+  std::vector<uint32_t> command_at_;
+  // COND_STATUS.result_flag, which BRANCH_COND_RF_TRUE tests: regor has the kernel before the
+  // branch compute the condition as a one-element OFM (GraphIrOptimiser::FixupControlFlow).
+  // The model takes the flag from that element being non-zero; it counts the OFM elements the
+  // last kernel wrote, and a conditional branch after anything else is NotSupported.
+  int64_t last_ofm_value_ = 0;
+  uint64_t ofm_values_written_ = 0;
+  enum class FlagSource { None, Kernel, Dma } flag_source_ = FlagSource::None;
+  uint64_t flag_ofm_values_ = 0;
+  int64_t flag_value_ = 0;
+  // Ends an Ethos-U85 kernel (dma false) or DMA for the result flag.
+  void note_result(bool dma) {
+    flag_source_ = dma ? FlagSource::Dma : FlagSource::Kernel;
+    flag_ofm_values_ = ofm_values_written_;
+    flag_value_ = last_ofm_value_;
+    ofm_values_written_ = 0;
+  }
 
   bool in_stream_ = false;
   size_t cmd_index_ = 0;

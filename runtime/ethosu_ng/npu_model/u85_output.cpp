@@ -186,6 +186,8 @@ Error Model::u85_write_output(const FeatureMap& ofm, int y, int x, int c, int64_
     v = sgn ? int64_t{static_cast<int8_t>(raw)} : int64_t{raw};
   }
   v = std::min(act_hi_, std::max(act_lo_, v));
+  last_ofm_value_ = v;
+  ++ofm_values_written_;
   if (ofm.chain >= 0) {
     ChainBuffer& cb = chain_[ofm.chain];
     cb.values[(static_cast<size_t>(y) * cb.w + x) * cb.c + c] = v;
