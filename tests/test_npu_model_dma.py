@@ -1,10 +1,14 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""The NPU model's Ethos-U85 2D/3D and indexed DMA (runtime/ethosu_ng/npu_model/dma.cpp) against
-a numpy reference of the register semantics regor's GenerateDMA emits by: SIZE1 planes (3D) of
-SIZE0 rows of LEN bytes, row r of plane p read at SRC + p*SRC_STRIDE1 + r*SRC_STRIDE0 and written
-at DST + p*DST_STRIDE1 + r*DST_STRIDE0, planes outer, rows inner; with idx_mode on one side
-(gather: source, scatter: destination) that side's r is the int32 index at
-IDX + (p*SIZE0 + r)*4 + p*IDX_SKIP1, in 0..IDX_MAX."""
+"""The NPU model's DMA (runtime/ethosu_ng/npu_model/dma.cpp) against numpy references of the
+register semantics regor emits by.
+
+Ethos-U85 (EthosU85RCSGenerator::GenerateDMA): SIZE1 planes (3D) of SIZE0 rows of LEN bytes, row
+r of plane p read at SRC + p*SRC_STRIDE1 + r*SRC_STRIDE0 and written at DST + p*DST_STRIDE1 +
+r*DST_STRIDE0, planes outer, rows inner; with idx_mode on one side (gather: source, scatter:
+destination) that side's r is the int32 index at IDX + (p*SIZE0 + r)*4 + p*IDX_SKIP1, in
+0..IDX_MAX. Ethos-U65 (EthosU65RCSGenerator::GenerateDMA): 2D/3D writes from a contiguous
+source, rows LEN + SKIP0 apart, planes SIZE0*LEN + SKIP1 apart.
+"""
 
 from __future__ import annotations
 
@@ -166,6 +170,130 @@ def test_strided_dma_reserved_fields_are_errors():
     cmds = strided_dma(0, 1, 0, 0, 4, 1, 1, 0, 0, 0, 0)
     cmds[3] = cmd0(DMA_DST_REGION, 1 | (1 << 9))
     assert "DMA0_DST_REGION 0x0201: bits 9..10 are reserved" in _error(cmds)
+
+
+DMA_SKIP0, DMA_SKIP1 = 0x033, 0x034  # Ethos-U55/U65 cmd1 numbers (U85: SRC_STRIDE0/1)
+U65_256_CONFIG = (1 << 28) | (48 << 8) | 8  # product 1 (Ethos-U65), 48 KiB SHRAM, 256 MACs/cc
+
+
+def u65_payload(cmds: List[int]) -> bytes:
+    """build_payload's stream under an Ethos-U65-256 optimizer config."""
+    payload = bytearray(build_payload(cmds))
+    payload[8:12] = struct.pack("<I", U65_256_CONFIG)
+    return bytes(payload)
+
+
+def u65_dma(mode, src_region, src, dst, length, size0, size1, skip0, skip1) -> List[int]:
+    """An Ethos-U65 DMA_START writing region 1 in stride mode ``mode`` (DMA0_DST_REGION bits
+    9..10) from a contiguous source, then STOP."""
+    return [
+        cmd0(DMA_SRC_REGION, src_region),
+        *cmd1(DMA_SRC, src),
+        cmd0(DMA_DST_REGION, 1 | (mode << 9)),
+        *cmd1(DMA_DST, dst),
+        *cmd1(DMA_LEN, length),
+        cmd0(DMA_SIZE0, size0),
+        cmd0(DMA_SIZE1, size1),
+        *cmd1(DMA_SKIP0, skip0, skip0 >> 32),
+        *cmd1(DMA_SKIP1, skip1, skip1 >> 32),
+        cmd0(OP_DMA_START),
+        cmd0(OP_STOP, 0xFFFF),
+    ]
+
+
+def u65_reference(mode, src_mem, dst_mem, src, dst, length, size0, size1, skip0, skip1):
+    """numpy of regor's Ethos-U65 DMA writes (EthosU65RCSGenerator::GenerateDMA: SKIP0 = row
+    stride - LEN, SKIP1 = plane stride - SIZE0 * LEN): row r of plane p read at
+    SRC + (p * SIZE0 + r) * LEN, written at DST + p * (SIZE0 * LEN + SKIP1) + r * (LEN + SKIP0),
+    each row before the next (overlapping copies included)."""
+    rows = 1 if mode == 0 else size0
+    planes = size1 if mode == 2 else 1
+    for p in range(planes):
+        for r in range(rows):
+            a = src + (p * rows + r) * length
+            b = dst + p * (rows * length + skip1) + r * (length + skip0)
+            dst_mem[b : b + length] = src_mem[a : a + length].copy()
+
+
+@st.composite
+def u65_dmas(draw):
+    """In-bounds Ethos-U65 DMA writes in every stride mode (3D with SKIP0 0, as regor writes)."""
+    mode = draw(st.sampled_from([0, 1, 2]))
+    from_weights = draw(st.booleans())
+    length = draw(st.integers(0, 16))
+    size0 = draw(st.integers(1, 6))
+    size1 = draw(st.integers(1, 5))
+    rows = size0 if mode else 1
+    planes = size1 if mode == 2 else 1
+    skip0 = draw(st.integers(0, 24)) if mode == 1 else 0
+    skip1 = draw(st.integers(0, 60)) if mode == 2 else 0
+    src_extent = rows * planes * length
+    dst_extent = (planes - 1) * (rows * length + skip1) + (rows - 1) * (length + skip0) + length
+    src_size = WEIGHTS if from_weights else SCRATCH
+    if src_extent > src_size or dst_extent > SCRATCH:
+        mode, length, size0, size1, skip0, skip1, src_extent, dst_extent = 0, 4, 1, 1, 0, 0, 4, 4
+    src = draw(st.integers(0, src_size - src_extent))
+    dst = draw(st.integers(0, SCRATCH - dst_extent))
+    return (mode, 0 if from_weights else 1, src, dst, length, size0, size1, skip0, skip1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(u65_dmas(), st.integers(0, 2**32 - 1))
+def test_u65_strided_dma_matches_reference(dma, seed):
+    mode, src_region, src, dst, *args = dma
+    rng = np.random.default_rng(seed)
+    weights = rng.integers(0, 256, WEIGHTS, dtype=np.uint8)
+    scratch = rng.integers(0, 256, SCRATCH, dtype=np.uint8)
+    out = bytearray(scratch.tobytes())
+    rt.npu_model_run(
+        u65_payload(u65_dma(mode, src_region, src, dst, *args)), weights.tobytes(), out
+    )
+    expect = scratch.copy()
+    u65_reference(mode, weights if src_region == 0 else expect, expect, src, dst, *args)
+    assert np.array_equal(np.frombuffer(bytes(out), np.uint8), expect)
+
+
+def _u65_error(cmds, payload=u65_payload) -> str:
+    with pytest.raises(rt.NpuModelError) as info:
+        rt.npu_model_run(payload(cmds), bytes(WEIGHTS), bytearray(SCRATCH))
+    return str(info.value)
+
+
+# (mode, src region, src, dst, len, size0, size1, skip0, skip1, culprit in the message)
+U65_OUT_OF_BOUNDS = [
+    # 5 rows of 16 bytes with 90-byte skips from 100: the last row ends at 100 + 4 * 106 + 16.
+    (1, 1, 0, 100, 16, 5, 1, 90, 0, "2D DMA destination"),
+    # The contiguous source: 3 planes x 4 rows x 32 bytes = 384 bytes of the 256-byte weights.
+    (2, 0, 0, 0, 32, 4, 3, 0, 0, "3D DMA source"),
+    # A 40-bit plane skip.
+    (2, 1, 0, 0, 1, 1, 2, 0, (1 << 40) - 1, "3D DMA destination"),
+]
+
+
+@pytest.mark.parametrize("case", U65_OUT_OF_BOUNDS, ids=[c[-1] for c in U65_OUT_OF_BOUNDS])
+def test_u65_strided_dma_outside_region_is_an_error_naming_the_command(case):
+    *regs, culprit = case
+    msg = _u65_error(u65_dma(*regs))
+    assert "command 9" in msg and "NPU_OP_DMA_START" in msg, msg
+    assert culprit in msg and "outside region" in msg, msg
+
+
+def test_u65_strided_dma_refusals():
+    """What regor's Ethos-U65 DMA does not pin down is refused, not guessed: strided reads, 3D
+    writes with row skips, Ethos-U55 stride modes; stride mode 3 is reserved."""
+    cmds = u65_dma(1, 1, 0, 0, 4, 2, 1, 0, 0)
+    cmds[0] = cmd0(DMA_SRC_REGION, 1 | (1 << 9))
+    assert "2D DMA reads not modelled" in _u65_error(cmds)
+    msg = _u65_error(u65_dma(2, 1, 0, 0, 4, 2, 2, 4, 0))
+    assert "3D DMA with DMA0_SKIP0 4: the plane step beside row skips not modelled" in msg, msg
+    msg = _u65_error(u65_dma(1, 1, 0, 0, 4, 2, 1, 0, 0), build_payload)
+    assert "Ethos-U55 2D/3D DMA not modelled" in msg, msg
+    msg = _u65_error(u65_dma(3, 1, 0, 0, 4, 2, 1, 0, 0))
+    assert "stride mode 3 is reserved" in msg and "command 9" in msg, msg
+    msg = _u65_error(u65_dma(1, 1, 0, 0, 4, 0, 1, 0, 0))
+    assert "DMA0_SIZE0 0" in msg, msg
+    msg = _u65_error(u65_dma(1, 1, 0, 0, 1 << 20, 0xFFFF, 1, 0, 0))
+    assert "exceeds the model's limit" in msg, msg
 
 
 DMA_IDX_REGION, DMA_IDX, DMA_IDX_MAX, DMA_IDX_SKIP1 = 0x134, 0x037, 0x038, 0x039

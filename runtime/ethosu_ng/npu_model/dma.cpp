@@ -22,7 +22,7 @@ Error Model::op_dma() {
   const uint64_t dst = a1(SET_DMA0_DST);
   // Ethos-U85 DMA0_SRC_REGION bits 9..10 select 1D/2D/3D (regor dma_stride_mode);
   // its DMA0_DST_REGION has those bits reserved. Ethos-U55/U65 keep a stride mode in
-  // both registers (DMA0_SKIP0/1), which the model does not implement.
+  // both registers (u65_dma_strided).
   const int stride_mode = (src_reg >> 9) & 3;
   if (u85_ && ((dst_reg >> 9) & 3) != 0) {
     return fail(Error::InvalidProgram,
@@ -33,10 +33,7 @@ Error Model::op_dma() {
                 "DMA0_SRC_REGION 0x%04x: stride mode 3 is reserved (0 1D, 1 2D, 2 3D)", src_reg);
   }
   if (!u85_ && (stride_mode != 0 || ((dst_reg >> 9) & 3) != 0)) {
-    return fail(Error::NotSupported,
-                "DMA0_SRC_REGION 0x%04x / DST_REGION 0x%04x: Ethos-U55/U65 2D/3D stride modes "
-                "not modelled",
-                src_reg, dst_reg);
+    return u65_dma_strided(src_reg, dst_reg);
   }
   if ((src_reg >> 8) & 1) {
     return fail(Error::NotSupported, "DMA0_SRC_REGION 0x%04x: reads from internal memory",
@@ -67,6 +64,104 @@ Error Model::op_dma() {
       return e;
     }
     std::memmove(d, s, len);
+  }
+  if (stats_) {
+    ++stats_->dmas;
+  }
+  return Error::Ok;
+}
+
+// Ethos-U65 2D/3D DMA writes (regor EthosU65RCSGenerator::GenerateDMA, which wrote TILE as
+// such DMAs: the source read contiguously in 1D mode, the destination in stride mode 1 or 2):
+// SIZE1 planes (3D; 1 in 2D) of SIZE0 rows of LEN bytes, row r of plane p read at
+// SRC + (p * SIZE0 + r) * LEN and written at DST + p * (SIZE0 * LEN + SKIP1) + r * (LEN + SKIP0),
+// regor's DMA0_SKIP0 = row stride - LEN and DMA0_SKIP1 = plane stride - SIZE0 * LEN. Only what
+// that source pins down is modelled: a strided source, a 3D write with SKIP0 != 0 (whether the
+// plane step counts the rows' skips is not stated there) and Ethos-U55 (no public stream or
+// generator uses its stride modes) are NotSupported.
+Error Model::u65_dma_strided(uint16_t src_reg, uint16_t dst_reg) {
+  const int src_mode = (src_reg >> 9) & 3;
+  const int mode = (dst_reg >> 9) & 3;
+  if (src_mode == 3 || mode == 3) {
+    return fail(Error::InvalidProgram,
+                "DMA0_SRC_REGION 0x%04x / DST_REGION 0x%04x: stride mode 3 is reserved (0 1D, "
+                "1 2D, 2 3D)",
+                src_reg, dst_reg);
+  }
+  if (!u65_) {
+    return fail(Error::NotSupported,
+                "DMA0_SRC_REGION 0x%04x / DST_REGION 0x%04x: Ethos-U55 2D/3D DMA not modelled "
+                "(regor emits them for Ethos-U65 only)",
+                src_reg, dst_reg);
+  }
+  if (src_mode != 0) {
+    return fail(Error::NotSupported,
+                "DMA0_SRC_REGION 0x%04x: %dD DMA reads not modelled (regor's Ethos-U65 DMAs "
+                "stride the destination only)",
+                src_reg, src_mode + 1);
+  }
+  if ((dst_reg >> 8) & 1) {
+    return fail(Error::NotSupported,
+                "DMA0_DST_REGION 0x%04x: %dD DMA into internal memory not modelled", dst_reg,
+                mode + 1);
+  }
+  const uint64_t len = a1(SET_DMA0_LEN);
+  const uint64_t src = a1(SET_DMA0_SRC);
+  const uint64_t dst = a1(SET_DMA0_DST);
+  const uint64_t rows = p0(SET_DMA0_SIZE0);
+  const uint64_t planes = mode == 2 ? p0(SET_DMA0_SIZE1) : 1;
+  const uint64_t skip0 = a1(SET_DMA0_SKIP0);
+  const uint64_t skip1 = mode == 2 ? a1(SET_DMA0_SKIP1) : 0;
+  if (rows == 0 || planes == 0) {
+    return fail(Error::InvalidProgram,
+                "%dD DMA with DMA0_SIZE0 %llu, DMA0_SIZE1 %llu: each size must be at least 1",
+                mode + 1, static_cast<unsigned long long>(rows),
+                static_cast<unsigned long long>(planes));
+  }
+  if (mode == 2 && skip0 != 0) {
+    return fail(Error::NotSupported,
+                "3D DMA with DMA0_SKIP0 %llu: the plane step beside row skips not modelled",
+                static_cast<unsigned long long>(skip0));
+  }
+  // rows * planes < 2^32 and len < 2^40: the byte count is checked by division; then
+  // rows * len <= 2^26, each extent term is below 2^57 and the sum below 2^58.
+  const uint64_t copies = rows * planes;
+  if (len > kMaxElements / copies) {
+    return fail(Error::NotSupported,
+                "%dD DMA of %llu x %llu rows of %llu bytes exceeds the model's limit of %llu bytes",
+                mode + 1, static_cast<unsigned long long>(planes),
+                static_cast<unsigned long long>(rows), static_cast<unsigned long long>(len),
+                static_cast<unsigned long long>(kMaxElements));
+  }
+  const uint64_t row_step = len + skip0;
+  const uint64_t plane_step = rows * len + skip1;
+  const uint64_t src_extent = copies * len;
+  const uint64_t dst_extent = len == 0 ? 0 : (planes - 1) * plane_step + (rows - 1) * row_step + len;
+  char what[160];
+  uint8_t* s;
+  uint8_t* d;
+  snprintf(what, sizeof(what), "%dD DMA source (SIZE0 %llu, SIZE1 %llu, LEN %llu, contiguous)",
+           mode + 1, static_cast<unsigned long long>(rows),
+           static_cast<unsigned long long>(planes), static_cast<unsigned long long>(len));
+  Error e = region_span(src_reg & 0xff, src, src_extent, false, what, &s);
+  if (e != Error::Ok) {
+    return e;
+  }
+  snprintf(what, sizeof(what),
+           "%dD DMA destination (SIZE0 %llu, SIZE1 %llu, LEN %llu, SKIP0 %llu, SKIP1 %llu)",
+           mode + 1, static_cast<unsigned long long>(rows),
+           static_cast<unsigned long long>(planes), static_cast<unsigned long long>(len),
+           static_cast<unsigned long long>(skip0), static_cast<unsigned long long>(skip1));
+  e = region_span(dst_reg & 0xff, dst, dst_extent, true, what, &d);
+  if (e != Error::Ok) {
+    return e;
+  }
+  if (len > 0) {
+    for (uint64_t p = 0; p < planes; ++p) {
+      for (uint64_t r = 0; r < rows; ++r) {
+        std::memmove(d + p * plane_step + r * row_step, s + (p * rows + r) * len, len);
+      }
+    }
   }
   if (stats_) {
     ++stats_->dmas;

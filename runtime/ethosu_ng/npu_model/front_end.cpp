@@ -239,6 +239,7 @@ Error Model::run(const uint8_t* payload, size_t size) {
         macs_per_cc_log2_ = macs;
         // Vela's max_outstanding_dma: Ethos-U55 1, Ethos-U65 (product 1) 2.
         dma_in_flight_cap_ = product == 1 ? 2 : 1;
+        u65_ = product == 1;
         shram_.assign(static_cast<size_t>(shram_kb) * 1024, 0);
         have_config = true;
         i += 3;
@@ -579,6 +580,8 @@ Error Model::check_u55_cmd1(uint16_t op, uint16_t param) {
     case SET_DMA0_SRC:
     case SET_DMA0_DST:
     case SET_DMA0_LEN:
+    case SET_DMA0_SKIP0:
+    case SET_DMA0_SKIP1:
     case SET_IFM2_BASE0:
     case SET_IFM2_BASE1:
     case SET_IFM2_BASE2:

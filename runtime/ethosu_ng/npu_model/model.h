@@ -202,6 +202,8 @@ class Model {
   Error op_dma();
   // Ethos-U85 2D/3D DMA (DMA0_SRC_REGION stride_mode 1 or 2) and indexed DMA (idx_mode).
   Error u85_dma_strided(uint16_t src_reg, uint16_t dst_reg, int stride_mode);
+  // Ethos-U55/U65 2D/3D DMA (DMA0_DST_REGION stride_mode 1 or 2).
+  Error u65_dma_strided(uint16_t src_reg, uint16_t dst_reg);
   // Ethos-U85 (u85_*.cpp).
   Error u85_conv(bool depthwise);
   Error u85_matmul(FeatureMap& ifm, FeatureMap& ofm);
@@ -245,6 +247,7 @@ class Model {
   int macs_per_cc_log2_ = 7;
   // Ethos-U85 payload (optimizer config product 2), and its core count.
   bool u85_ = false;
+  bool u65_ = false; // Ethos-U65 (optimizer config product 1)
   int cores_ = 1;
   // Ethos-U85 chaining buffers (OFM storage CHAINED, OFM_REGION the index):
   // the output of one kernel held inside the NPU for the next one, as the
