@@ -10,7 +10,8 @@ runs to completion. Models from tests/npu_models.py, compiled for ethos-u55-128 
 ethos-u65-256, and for ethos-u85-256 and ethos-u85-512 (one and two cores; fast and standard
 weight streams, chaining, LUTs, transposes); and the programs of tests/test_npu_model_u85_ops.py
 for ethos-u85-256 and ethos-u85-512 (16-bit IFM convolutions, 16-bit LUTs, resize, comparisons,
-bitwise logic, shifts). Deterministic up to Vela's output; rerun only to refresh the corpus.
+bitwise logic, shifts); and Ethos-U85 streams with branches (a cond and a while loop) and indexed
+DMA (index_put, gather). Deterministic up to Vela's output; rerun only to refresh the corpus.
 """
 
 import os
@@ -86,8 +87,37 @@ def u85_op_seeds(out_dir: str) -> None:
                 _write(out_dir, f"u85op_{kind}_{str(dtype)[6:]}_{target}_{k}", blob)
 
 
+def branch_and_indexed_seeds(out_dir: str) -> None:
+    """Ethos-U85 streams with NPU_OP_BRANCH (a cond and a while loop of upstream's op tests,
+    tests/control_flow_graphs.py) and with indexed DMA (index_put with a repeated index, a 3-D
+    gather), for ethos-u85-256."""
+    from control_flow_graphs import fixture_tosa
+    from test_npu_model_u85_indexed import FAST
+
+    from ethosu_ng.adapters.exir import pte_delegate_payloads
+    from ethosu_ng.compile_spec import BACKEND_ID
+    from ethosu_ng.vela.compiler import compile_tosa
+
+    target = "ethos-u85-256"
+    for test, case in (
+        ("test_cond", "one_arg_one_output"),
+        ("test_while", "two_in_one_captured_out"),
+    ):
+        vela = compile_tosa(fixture_tosa(test, case), EthosUNGCompileSpec(target))
+        _write(out_dir, f"{test[5:]}_{case}_{target}_0", vela)
+    for name, model, sets, _ in FAST[:2]:
+        torch.manual_seed(0)
+        spec = EthosUNGCompileSpec(target)
+        q = quantize(model.eval(), sets[0], spec, calibration=[sets[0]])
+        pte = lower(q, sets[0], spec)[0].to_executorch().buffer
+        payloads = [p for b, p in pte_delegate_payloads(pte) if b == BACKEND_ID]
+        for k, payload in enumerate(payloads):
+            _write(out_dir, f"{name}_{target}_{k}", DelegateBlob.from_bytes(payload))
+
+
 def main(out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
+    branch_and_indexed_seeds(out_dir)
     u85_op_seeds(out_dir)
     for target, models in TARGETS.items():
         for name in models:
