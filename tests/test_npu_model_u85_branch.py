@@ -126,6 +126,7 @@ def test_upstream_control_flow_bit_exact_to_tosa(graph, target, tmp_path):
     _check(*graph, target, range(30), tmp_path, live=True)
 
 
+@pytest.mark.slow
 def test_while_loop_that_never_ends_is_an_error(tmp_path):
     """x = x + x while sum(x) < limit, from x = 0: eager PyTorch never returns. The model stops
     at its command limit with an error naming it; the TOSA reference model stops silently after
