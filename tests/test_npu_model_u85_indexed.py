@@ -14,6 +14,8 @@ that UNPREDICTABLE, so the model is the only host run of them.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, assume, given, settings
@@ -182,7 +184,7 @@ def test_indexed_dma_graphs_bit_exact_to_eager(case):
 
 
 _SETTINGS = dict(
-    max_examples=12,
+    max_examples=int(os.environ.get("ETHOSU_NG_INDEXED_DMA_EXAMPLES", "12")),
     deadline=None,
     phases=[Phase.explicit, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
