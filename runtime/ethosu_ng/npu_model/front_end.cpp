@@ -345,8 +345,10 @@ Error Model::execute_stream(const uint8_t* words, size_t nwords, size_t first_in
           ++index;
           continue;
         }
+        // OutOfResources, not NotSupported: whether a loop ends depends on the data, so the
+        // trial run on zeroed scratch (runtime.model_unsupported) must not read it as a gap.
         if (executed >= kMaxCommandsExecuted) {
-          return fail(Error::NotSupported,
+          return fail(Error::OutOfResources,
                       "%llu commands executed: over the model's limit of 2^%d per stream "
                       "(ETHOSU_NG_NPU_MODEL_MAX_COMMANDS_LOG2; a loop that does not end?)",
                       static_cast<unsigned long long>(executed),

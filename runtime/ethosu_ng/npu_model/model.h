@@ -51,7 +51,8 @@ constexpr int kLutS16S16 = 8;
 constexpr uint64_t kMaxElements = uint64_t{1} << ETHOSU_NG_NPU_MODEL_MAX_ELEMENTS_LOG2;
 constexpr uint64_t kMaxMacs = uint64_t{1} << ETHOSU_NG_NPU_MODEL_MAX_MACS_LOG2;
 // The most commands one run of an Ethos-U85 stream may execute: NPU_OP_BRANCH can loop, and a
-// loop whose condition never turns false must end in an error, not hang the host.
+// loop whose condition never turns false must end in an error (OutOfResources), not hang the
+// host.
 #ifndef ETHOSU_NG_NPU_MODEL_MAX_COMMANDS_LOG2
 #define ETHOSU_NG_NPU_MODEL_MAX_COMMANDS_LOG2 24
 #endif
