@@ -126,7 +126,7 @@ def ours(tosas, target):
     left = []
     for k, g in enumerate(graphs):
         r = compile_tosa(g, EthosUNGCompileSpec(target), f"p{k}")
-        left += standalone_rescales(g, r.layers, target)
+        left += standalone_rescales(g, r.layers, target) or []
     out["ours"]["left"] = summarize(left)
     return out
 

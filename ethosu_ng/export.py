@@ -9,6 +9,7 @@ import torch
 from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.partitioner import EthosUNGPartitioner
 from ethosu_ng.quantizer import EthosUNGQuantizer
@@ -34,9 +35,13 @@ def quantize(
         activation_dtype=activation_dtype,
         module_dtypes=module_dtypes,
     )
+    batches = calibration if calibration is not None else [example_inputs]
+    if upstream.control_flow_submodules(gm):
+        with torch.no_grad():
+            return upstream.quantize_with_control_flow(quantizer, gm, batches)
     prepared = prepare_pt2e(gm, quantizer)
     with torch.no_grad():
-        for batch in calibration if calibration is not None else [example_inputs]:
+        for batch in batches:
             prepared(*batch)
     return convert_pt2e(prepared)
 

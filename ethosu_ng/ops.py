@@ -115,6 +115,26 @@ def is_per_tensor_dequantize(node) -> bool:
     return node_op_name(node) == "quantized_decomposed.dequantize_per_tensor.default"
 
 
+# ---------------------------------------------------------------- control flow
+# Operators that call graphs (their get_attr arguments); delegated whole where the target's TOSA
+# profile has control flow (partitioning/control_flow.py).
+CONTROL_FLOW_OPS = (torch.ops.higher_order.cond, torch.ops.higher_order.while_loop)
+
+
+def has_control_flow(gm: torch.fx.GraphModule) -> bool:
+    return any(n.op == "call_function" and n.target in CONTROL_FLOW_OPS for n in gm.graph.nodes)
+
+
+def has_while_loop(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` or a graph its control flow calls (at any depth) holds a while_loop."""
+    return any(
+        n.op == "call_function" and n.target is torch.ops.higher_order.while_loop
+        for m in gm.modules()
+        if isinstance(m, torch.fx.GraphModule)
+        for n in m.graph.nodes
+    )
+
+
 # ---------------------------------------------------------------- the delegate call
 CALL_DELEGATE = torch.ops.higher_order.executorch_call_delegate
 

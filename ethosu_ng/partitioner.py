@@ -25,7 +25,7 @@ import torch
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from executorch.exir.backend.utils import tag_constant_data
 from torch.export import ExportedProgram
-from torch.fx import Node
+from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase, chain
 
@@ -39,9 +39,20 @@ from ethosu_ng.compiler.compiled_cache import CompiledCache, attach
 from ethosu_ng.compiler.pipeline import LoweringError, compile_partitions
 from ethosu_ng.compiler.verify_lowering import LoweringDeviation
 from ethosu_ng.compiler.verify_npu import NpuDeviation
-from ethosu_ng.ops import CPU_PINNED_META, NO_COMPUTE_OPS, is_compute, op_name, resolve_op_names
+from ethosu_ng.ops import (
+    CONTROL_FLOW_OPS,
+    CPU_PINNED_META,
+    NO_COMPUTE_OPS,
+    is_compute,
+    op_name,
+    resolve_op_names,
+)
 from ethosu_ng.partitioning.boundary import BoundaryContract, PartitionIO, node_order, partition_io
-from ethosu_ng.partitioning.control_flow import reject_cpu_unrunnable_control_flow
+from ethosu_ng.partitioning.control_flow import (
+    clear_control_flow_tags,
+    reject_cpu_unrunnable,
+    tag_control_flow_graphs,
+)
 from ethosu_ng.partitioning.culprit_search import CulpritSearch
 from ethosu_ng.partitioning.delegate_io import QPARAMS_META, integer_tensor_qparams
 from ethosu_ng.partitioning.partition_program import RealTensors, carve, fingerprint
@@ -228,6 +239,14 @@ class EthosUNGPartitioner(Partitioner):
             parts = [set(p.nodes) for p in proposals]
             newly = {}
             for part in parts:
+                # A cond / while_loop graph goes only where its operator goes.
+                part -= {
+                    n
+                    for n in part
+                    if n.op == "get_attr"
+                    and isinstance(getattr(program.graph_module, str(n.target), None), GraphModule)
+                    and not all(u in part for u in n.users)
+                }
                 newly.update(contract.shrink(part))
                 if part and all(op_name(n.target) in NO_COMPUTE_OPS for n in part):
                     newly.update({n: "partition would hold no NPU compute" for n in part})
@@ -240,7 +259,6 @@ class EthosUNGPartitioner(Partitioner):
     def partition(self, program: ExportedProgram) -> PartitionResult:
         report = PartitionReport()
         graph = program.graph_module.graph
-        reject_cpu_unrunnable_control_flow(program, self.compile_spec.target)
         contract = BoundaryContract(program, bool_crosses=not self.compile_spec.is_u55_subset)
         excluded: Dict[Node, str] = {}
         reporter = exir.WhyNoPartitionReporter()
@@ -251,6 +269,8 @@ class EthosUNGPartitioner(Partitioner):
                 TargetLimits(self.compile_spec, report.cpu_reasons),
                 upstream.operator_support(self.compile_spec, program, reporter),
             )
+            # Upstream's check takes a cond / while_loop whose graphs are tagged whole.
+            tag_control_flow_graphs(program, support, report.cpu_reasons)
             search = CulpritSearch(
                 propose=lambda nodes: self._propose(program, support, contract, excluded, nodes)[0],
                 try_compile=trial.try_compile,
@@ -296,6 +316,7 @@ class EthosUNGPartitioner(Partitioner):
                         logger.info("fallback round %d: %s to the CPU: %s", round_ + 1, c.node, why)
         excluded.update(removed)
         report.fallback_compiles = search.compiles
+        clear_control_flow_tags(program)
         for n in graph.nodes:
             n.meta.pop("delegation_tag", None)
         for k, part in enumerate(sorted(parts, key=lambda p: min(node_order(n) for n in p))):
@@ -328,6 +349,7 @@ class EthosUNGPartitioner(Partitioner):
             if op_name(n.target) in non_core_aten_ops.WITHOUT_CPU_KERNEL:
                 report.no_cpu_kernel[n.name] = op_name(n.target)
         self.report = report
+        reject_cpu_unrunnable(program, self.compile_spec.target, report.cpu_reasons)
         if report.no_cpu_kernel:
             warnings.warn(
                 f"EthosUNGPartitioner: {sorted(report.no_cpu_kernel)} "
@@ -376,6 +398,8 @@ def _boundary_qparams(io: PartitionIO):
 
 
 def _is_compute(node: Node) -> bool:
+    if node.op == "call_function" and node.target in CONTROL_FLOW_OPS:
+        return True  # what its graphs compute
     return (
         node.op == "call_function"
         and is_compute(op_name(node.target))

@@ -168,10 +168,26 @@ def test_bool_results_and_operands_cross_u85_boundaries_bit_exact(cases, file, f
     assert rec["host_run"] and rec["bit_exact"], rec
 
 
-def test_while_loop_on_u85_fails_at_partition_time(cases):
+def test_while_loop_on_u85_is_delegated_whole_and_bit_exact(cases):
+    """Upstream's while_loop case on the U85: the loop and its graphs form one partition, and the
+    host run equals the eager quantized model."""
     found, _ = cases
     rec = op_tests.run_case(
         _case(found, "test_while", "test_while_loop_u85_INT", "two_in_two_out", "u85")
     )
+    assert rec["stage"] is None, rec.get("traceback")
+    assert rec["fully_delegated"] and rec["partitions"] == 1, rec["cpu_reasons"]
+    assert rec["host_run"] and rec["bit_exact"], rec
+
+
+def test_while_loop_the_lowering_check_refuses_fails_the_export_with_its_reason(cases):
+    """Upstream's TOSA lowering of a while_loop with additional inputs runs the loop a different
+    number of times than the quantized model (176 LSB); the verified compile refuses it, and the
+    export fails with that reason (the CPU cannot run a while_loop)."""
+    found, _ = cases
+    rec = op_tests.run_case(
+        _case(found, "test_while", "test_while_loop_u85_INT", "additional_arg", "u85")
+    )
     assert rec["stage"] == "lower", rec
     assert rec["reason"].startswith("UnsupportedControlFlowError: node while_loop"), rec["reason"]
+    assert "verified compile: TOSA graph differs from the quantized partition" in rec["reason"]

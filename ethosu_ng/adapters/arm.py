@@ -83,6 +83,23 @@ def io_node_finders():
     return InputNodeFinder(), OutputNodeFinder()
 
 
+def control_flow_submodules(gm: torch.fx.GraphModule):
+    """(name, submodule, node) of every ``cond`` branch and ``while_loop`` cond/body graph that
+    ``gm``'s nodes call (not nested ones)."""
+    from executorch.exir.graph_module import get_cond_while_submodules
+
+    return list(get_cond_while_submodules(gm))
+
+
+def quantize_with_control_flow(
+    quantizer, model: torch.fx.GraphModule, calibration
+) -> torch.fx.GraphModule:
+    """prepare/calibrate/convert as upstream does for a graph with ``cond`` or ``while_loop``:
+    torchao's ``prepare_pt2e`` reaches a while_loop's body but not its cond graph nor a cond's
+    branches, which upstream's quantizer prepares and converts one by one."""
+    return quantizer._quantize_with_submodules(model, [tuple(b) for b in calibration])
+
+
 def _upstream_partitioner(spec: EthosUNGCompileSpec, additional_checks=None) -> EthosUPartitioner:
     return EthosUPartitioner(upstream_compile_spec(spec), additional_checks=additional_checks)
 

@@ -33,6 +33,7 @@ from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.compiler import verify_lowering, verify_npu
 from ethosu_ng.compiler.dropped_output import emit_shared_rank4_outputs_nhwc, may_drop_output
 from ethosu_ng.compiler.io_check import check_io, npu_dim_order
+from ethosu_ng.ops import has_control_flow, has_while_loop
 from ethosu_ng.partitioning.boundary import BoundaryContractError
 from ethosu_ng.partitioning.delegate_io import DelegateIOSpec, declared_io
 from ethosu_ng.passes.rank0_as_rank1 import carry_rank0_as_rank1
@@ -142,6 +143,9 @@ def _start(
     if spec.verify_lowering:
         try:
             quantized = program.module()
+            if has_control_flow(quantized):
+                # It shares the graphs a cond / while_loop calls, which the lowering edits.
+                quantized = copy.deepcopy(quantized)
         except Exception as e:  # noqa: BLE001  (the verdict says it was skipped, and why)
             quantized = e
     _drop_provenance(program)
@@ -168,16 +172,20 @@ def _start_checks(p: _Pending, tosa: bytes, spec: EthosUNGCompileSpec) -> None:
     """Start the verified compile's reference runs for ``tosa`` (beside Vela)."""
     spec_inputs = p.declared.inputs
     tosa_ins = tosa_io(tosa)[0]
-    p.reference = verify_npu.start_reference(tosa, spec_inputs, tosa_ins, spec)
+    laid_out = [
+        replace(d, dim_order=npu_dim_order(d, t) or d.dim_order)
+        for d, t in zip(spec_inputs, tosa_ins)
+    ]
+    quantized = None if isinstance(p.quantized, Exception) else p.quantized
+    accept = None
+    if quantized is not None and has_while_loop(quantized) and len(tosa_ins) == len(spec_inputs):
+        accept = verify_lowering.loop_ends(quantized, laid_out)
+    p.reference = verify_npu.start_reference(tosa, spec_inputs, tosa_ins, spec, accept)
     if isinstance(p.quantized, Exception):
         p.exact = Future()
         p.exact.set_exception(p.quantized)
-    elif p.quantized is not None and len(tosa_ins) == len(spec_inputs):
-        laid_out = [
-            replace(d, dim_order=npu_dim_order(d, t) or d.dim_order)
-            for d, t in zip(spec_inputs, tosa_ins)
-        ]
-        p.exact = verify_lowering.start_exact(p.quantized, p.reference, laid_out, tosa=tosa)
+    elif quantized is not None and len(tosa_ins) == len(spec_inputs):
+        p.exact = verify_lowering.start_exact(quantized, p.reference, laid_out, tosa=tosa)
 
 
 def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -222,6 +222,32 @@ def start_exact(
 
     samples = reference.samples
     return _EXACT_POOL.submit(lambda: (*evaluate(samples), samples, evaluate, bounds, tables()))
+
+
+# A verification sample on which a partition's while_loop runs longer is not used: the eager
+# model would loop as long, and the checks need an answer.
+SAMPLE_LOOP_ITERATIONS = 256
+
+
+def loop_ends(gm, inputs: Sequence[TensorSpec]) -> Callable[[List[np.ndarray]], bool]:
+    """Whether ``gm``'s while_loops end on a sample (NPU order, laid out by ``inputs``) within
+    ``SAMPLE_LOOP_ITERATIONS``: ``Reference.start``'s ``accept`` for such a partition."""
+    from ethosu_ng.numerics.op_numerics import ExactEvaluator, LoopBoundExceeded
+
+    evaluator = ExactEvaluator(gm)
+
+    def ends(sample) -> bool:
+        logical = [_logical(a, s) for a, s in zip(sample, inputs)]
+        try:
+            with torch.no_grad():
+                evaluator.run(
+                    logical, rounding="half_up", max_loop_iterations=SAMPLE_LOOP_ITERATIONS
+                )
+        except LoopBoundExceeded:
+            return False
+        return True
+
+    return ends
 
 
 def _npu(t: torch.Tensor, spec: TensorSpec) -> np.ndarray:

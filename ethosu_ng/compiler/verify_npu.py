@@ -30,7 +30,7 @@ import hashlib
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -47,6 +47,8 @@ SAMPLES = 2
 # one unpredictable: small nonnegative values are inside every shift's amount domain and inside
 # index domains of 8, 2 and 1 elements.
 FALLBACK_RANGES = ((0, 7), (0, 1), (0, 0))
+# Draws of a sample pair per range for a partition that accepts only some samples.
+ACCEPT_DRAWS = 8
 # The poison byte of sample k is POISON[k % 2]: with more samples, an unwritten byte cannot
 # match TOSA in each by chance.
 POISON = (0xA5, 0x5A)
@@ -80,6 +82,10 @@ class Unverifiable(NpuDeviation):
         RuntimeError.__init__(
             self, f"verified compile: partition {partition!r} for {target}: {what} ({last_words})"
         )
+
+
+class NoSample(RuntimeError):
+    """No verification sample the partition can be checked on (a while_loop that does not end)."""
 
 
 class OutsideDomain(RuntimeError):
@@ -161,11 +167,42 @@ class Reference:
     sample_range: str = "full"  # the range of ``samples``
 
     @classmethod
-    def start(cls, tosa: bytes, dtypes: Sequence, shapes: Sequence[tuple]) -> Reference:
+    def start(
+        cls,
+        tosa: bytes,
+        dtypes: Sequence,
+        shapes: Sequence[tuple],
+        accept: Optional[Callable[[List[np.ndarray]], bool]] = None,
+    ) -> Reference:
+        """``accept``: a sample the checks can use (a partition with a while_loop: one on which
+        the loop ends); others are replaced by fresh draws, at most ``ACCEPT_DRAWS`` pairs per
+        range. A range with no accepted sample is dropped; with none at all, ``outputs`` raises
+        ``NoSample``."""
         seed = int.from_bytes(hashlib.sha256(tosa).digest()[:8], "little")
+        ranges = ["full"] + [f"[{lo}, {hi}]" for lo, hi in FALLBACK_RANGES]
         pairs = [sample_inputs(dtypes, shapes, seed)]
         pairs += [sample_inputs(dtypes, shapes, seed, within=r) for r in FALLBACK_RANGES]
-        ranges = ["full"] + [f"[{lo}, {hi}]" for lo, hi in FALLBACK_RANGES]
+        if accept is not None:
+            kept = []
+            for name, within in zip(ranges, (None, *FALLBACK_RANGES)):
+                pair = [
+                    s
+                    for k in range(ACCEPT_DRAWS)
+                    for s in sample_inputs(dtypes, shapes, seed + k, within=within)
+                    if accept(s)
+                ][:SAMPLES]
+                if pair:
+                    kept.append((name, pair))
+            if not kept:
+                ref = cls([], Future())
+                ref.outputs.set_exception(
+                    NoSample(
+                        f"none of {ACCEPT_DRAWS * SAMPLES} samples per range is one the "
+                        "partition's while_loop ends on within its iteration bound"
+                    )
+                )
+                return ref
+            ranges, pairs = [n for n, _ in kept], [p for _, p in kept]
         ref = cls(pairs[0], Future(), ranges, pairs)
         ref.outputs = _REFERENCE_POOL.submit(_run_tosa_all, tosa, pairs, ref)
         return ref
@@ -179,7 +216,9 @@ class Reference:
             raise Unverifiable(partition, target, str(e)) from None
 
 
-def start_reference(tosa: bytes, declared_inputs, tosa_inputs, spec) -> Optional[Reference]:
+def start_reference(
+    tosa: bytes, declared_inputs, tosa_inputs, spec, accept=None
+) -> Optional[Reference]:
     """``Reference.start`` for a partition either check of the verified compile needs (the
     stream on the model, or the lowering against the quantized partition); None otherwise."""
     npu = spec.verify_npu and spec.family in MODELLED_FAMILIES
@@ -188,7 +227,7 @@ def start_reference(tosa: bytes, declared_inputs, tosa_inputs, spec) -> Optional
     if len(declared_inputs) != len(tosa_inputs):
         return None  # check_io names this mismatch
     return Reference.start(
-        tosa, [d.dtype for d in declared_inputs], [tuple(t.shape) for t in tosa_inputs]
+        tosa, [d.dtype for d in declared_inputs], [tuple(t.shape) for t in tosa_inputs], accept
     )
 
 

@@ -38,6 +38,7 @@ from torch.utils._pytree import tree_map
 from ethosu_ng.numerics.tosa_reference import DelegateNumerics, _DelegateChecker, _module
 from ethosu_ng.ops import (
     CALL_DELEGATE,
+    CONTROL_FLOW_OPS,
     DEQUANTIZE_OPS,
     DEQUANTIZE_PER_TENSOR_OPS,
     QUANTIZE_OPS,
@@ -181,6 +182,14 @@ def _dequantizes_a_constant(n: torch.fx.Node) -> bool:
     )
 
 
+# A while_loop the exact evaluation runs longer than this is an error, not a hang.
+MAX_LOOP_ITERATIONS = 1 << 16
+
+
+class LoopBoundExceeded(RuntimeError):
+    """A while_loop that did not end within the evaluation's iteration bound."""
+
+
 class _Lockstep(Interpreter):
     """``eager=False``: the exact evaluation alone (no float32 path, no per-quantize records);
     ``constants``: a dict that keeps each dequantized constant (a weight) across runs;
@@ -197,13 +206,15 @@ class _Lockstep(Interpreter):
         constants: Optional[dict] = None,
         count_within: Optional[float] = None,
         tie_bound=None,
+        max_loop_iterations: int = MAX_LOOP_ITERATIONS,
     ):
         super().__init__(gm)
+        self.max_loop_iterations = max_loop_iterations
         self.tie_bound = tie_bound  # a ``tie_bound.TieBound`` that follows every op, or None
         self._table = None
         self.ops: List[OpNumerics] = []
         self.rounding, self.flip_ties_within = rounding, flip_ties_within
-        self.int16_tables = int16_tables
+        self.int16_tables, self.saturate_intermediates = int16_tables, saturate_intermediates
         self.eager, self.constants = eager, constants
         self.count_within, self.near_ties = count_within, 0
         self.unsaturated = (
@@ -242,6 +253,8 @@ class _Lockstep(Interpreter):
 
     def call_function(self, target, args, kwargs):
         self._table = None
+        if target in CONTROL_FLOW_OPS:
+            return self._control_flow(target, args)
         out = self._evaluate(target, args, kwargs)
         if self.tie_bound is not None:
             a64 = [v.f64 if isinstance(v, _Pair) else v for v in args]
@@ -254,6 +267,43 @@ class _Lockstep(Interpreter):
             result = out.f64 if isinstance(out, _Pair) else out
             self.tie_bound.step(self._current, a64, result, self._table)
         return out
+
+    def _run_graph(self, gm, values) -> list:
+        """``gm`` (a control-flow graph) on ``values``, evaluated as this run evaluates."""
+        sub = _Lockstep(
+            gm,
+            self.rounding,
+            self.flip_ties_within,
+            self.saturate_intermediates,
+            self.int16_tables,
+            self.eager,
+            self.constants,
+            self.count_within,
+            max_loop_iterations=self.max_loop_iterations,
+        )
+        out = sub.run(*values)
+        self.near_ties += sub.near_ties
+        self.ops += sub.ops
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+
+    def _control_flow(self, target, args):
+        if self.tie_bound is not None:
+            from ethosu_ng.numerics.tie_bound import Unbounded
+
+            raise Unbounded(f"{self._current.name}: no tie bound through control flow")
+        if target is torch.ops.higher_order.cond:
+            pred, on_true, on_false, operands = args
+            return tuple(self._run_graph(on_true if bool(pred) else on_false, list(operands)))
+        cond_gm, body_gm, carried, extra = args
+        carried, extra = list(carried), list(extra)
+        for _ in range(self.max_loop_iterations):
+            if not bool(self._run_graph(cond_gm, carried + extra)[0]):
+                return tuple(carried)
+            carried = self._run_graph(body_gm, carried + extra)
+        raise LoopBoundExceeded(
+            f"{self._current.name}: while_loop still running after "
+            f"{self.max_loop_iterations} iterations"
+        )
 
     def _evaluate(self, target, args, kwargs):
         op = _base(target)
@@ -394,6 +444,7 @@ class ExactEvaluator:
         int16_tables: bool = False,
         count_within: Optional[float] = None,
         tie_bound_within: Optional[float] = None,
+        max_loop_iterations: int = MAX_LOOP_ITERATIONS,
     ) -> ExactRun:
         """``tie_bound_within``: also bound, per output element, how far roundings within that
         of a tie can move it (``tie_bound``)."""
@@ -410,6 +461,7 @@ class ExactEvaluator:
             constants=self.constants,
             count_within=count_within,
             tie_bound=bound,
+            max_loop_iterations=max_loop_iterations,
         )
         out = _outputs(lock.run(*inputs))
         if bound is None:

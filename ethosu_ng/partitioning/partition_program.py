@@ -124,8 +124,35 @@ def fingerprint(program: ExportedProgram) -> Optional[str]:
             return "{" + ",".join(f"{k}:{arg(v)}" for k, v in sorted(a.items())) + "}"
         return repr(a)
 
+    def graph_lines(gm: torch.fx.GraphModule, depth: int) -> None:
+        """A control-flow graph's nodes, as the top-level ones below, prefixed by depth."""
+        sub_index: Dict[Node, int] = {}
+
+        def sub_arg(a):
+            if isinstance(a, Node):
+                return f"%{sub_index[a]}"
+            if isinstance(a, (list, tuple)):
+                return "(" + ",".join(sub_arg(x) for x in a) + ")"
+            return repr(a)
+
+        for i, n in enumerate(gm.graph.nodes):
+            sub_index[n] = i
+            target = op_name(n.target) if n.op == "call_function" else n.op
+            val = _val_desc(n.meta.get("val")) if n.op != "output" else ""
+            h.update(
+                f"{'>' * depth} {target} {sub_arg(n.args)} {sub_arg(n.kwargs)} | {val}\n".encode()
+            )
+            if n.op == "get_attr" and isinstance(
+                getattr(gm, str(n.target), None), torch.fx.GraphModule
+            ):
+                graph_lines(getattr(gm, str(n.target)), depth + 1)
+
     for i, n in enumerate(program.graph_module.graph.nodes):
         index[n] = i
+        if n.op == "get_attr":
+            sub = getattr(program.graph_module, str(n.target), None)
+            if isinstance(sub, torch.fx.GraphModule):  # a cond branch or while_loop graph
+                graph_lines(sub, 1)
         if n.op == "placeholder":
             spec = inputs.get(n.name)
             line = f"P {spec.kind.name if spec else '?'}"

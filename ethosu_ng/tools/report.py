@@ -98,7 +98,8 @@ def build_report(
                 "layers": getattr(info, "layers", None) or [],
                 "data_movement": module_profile.data_movement(getattr(info, "layers", None) or []),
                 # Each standalone RESCALE layer: its TOSA pattern and what blocked Vela's fold
-                # (tosa_optimize/rescale_report.py); needs the TOSA graph (embed_tosa).
+                # (tosa_optimize/rescale_report.py); needs the TOSA graph (embed_tosa) without
+                # control flow.
                 "standalone_rescales": None
                 if blob.tosa is None
                 else rescale_report.standalone_rescales(

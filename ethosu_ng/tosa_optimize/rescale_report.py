@@ -113,9 +113,10 @@ def explain(g: tosa_ir.Graph, index: int, family: str) -> Dict[str, str]:
     return {"pattern": pattern, "blocker": blocker}
 
 
-def standalone_rescales(tosa: bytes, layers: Iterable, target: str) -> List[Dict]:
+def standalone_rescales(tosa: bytes, layers: Iterable, target: str) -> Optional[List[Dict]]:
     """One entry per Vela layer made from a TOSA RESCALE: its TOSA output, NPU cycles, pattern
-    and blocker. ``layers``: Vela layers or their dicts (``tosa_index``, ``npu_cycles``)."""
+    and blocker. ``layers``: Vela layers or their dicts (``tosa_index``, ``npu_cycles``).
+    None for a graph with control flow (more than one block), which is not analysed."""
     family = "-".join(target.split("-")[:2])
     g: Optional[tosa_ir.Graph] = None
     out = []
@@ -123,7 +124,10 @@ def standalone_rescales(tosa: bytes, layers: Iterable, target: str) -> List[Dict
         get = layer.get if isinstance(layer, dict) else lambda k, _l=layer: getattr(_l, k, None)
         k = get("tosa_index")
         if g is None:
-            g = tosa_ir.read(tosa)
+            try:
+                g = tosa_ir.read(tosa)
+            except tosa_ir.UnsupportedGraph:
+                return None
         if k is None or not 0 <= k < len(g.ops) or g.ops[k].op != "RESCALE":
             continue
         entry = {"tosa_output": g.ops[k].outputs[0], "npu_cycles": int(get("npu_cycles") or 0)}
