@@ -288,6 +288,9 @@ def test_u65_strided_dma_refusals():
     assert "3D DMA with DMA0_SKIP0 4: the plane step beside row skips not modelled" in msg, msg
     msg = _u65_error(u65_dma(1, 1, 0, 0, 4, 2, 1, 0, 0), build_payload)
     assert "Ethos-U55 2D/3D DMA not modelled" in msg, msg
+    cmds = u65_dma(1, 1, 0, 0, 4, 2, 1, 0, 0)
+    cmds[0] = cmd0(DMA_SRC_REGION, 1 | (1 << 8))
+    assert "reads from internal memory" in _u65_error(cmds)
     msg = _u65_error(u65_dma(3, 1, 0, 0, 4, 2, 1, 0, 0))
     assert "stride mode 3 is reserved" in msg and "command 9" in msg, msg
     msg = _u65_error(u65_dma(1, 1, 0, 0, 4, 0, 1, 0, 0))

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // SPDX-License-Identifier: Apache-2.0
 // DMA (NPU_OP_DMA_START): 1-D copies between regions and into the internal
-// memory (LUTs), and Ethos-U85 2D/3D strided and indexed (gather/scatter)
-// copies. See docs/npu-model.md.
+// memory (LUTs), Ethos-U65 2D/3D writes, and Ethos-U85 2D/3D strided and
+// indexed (gather/scatter) copies. See docs/npu-model.md.
 #include <ethosu_ng/npu_model/model.h>
 #include <ethosu_ng/npu_model/registers_u85.h>
 
@@ -32,12 +32,12 @@ Error Model::op_dma() {
     return fail(Error::InvalidProgram,
                 "DMA0_SRC_REGION 0x%04x: stride mode 3 is reserved (0 1D, 1 2D, 2 3D)", src_reg);
   }
-  if (!u85_ && (stride_mode != 0 || ((dst_reg >> 9) & 3) != 0)) {
-    return u65_dma_strided(src_reg, dst_reg);
-  }
   if ((src_reg >> 8) & 1) {
     return fail(Error::NotSupported, "DMA0_SRC_REGION 0x%04x: reads from internal memory",
                 src_reg);
+  }
+  if (!u85_ && (stride_mode != 0 || ((dst_reg >> 9) & 3) != 0)) {
+    return u65_dma_strided(src_reg, dst_reg);
   }
   if (u85_ && (stride_mode != 0 || (((src_reg | dst_reg) >> 11) & 1))) {
     return u85_dma_strided(src_reg, dst_reg, stride_mode);
