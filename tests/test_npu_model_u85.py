@@ -42,6 +42,7 @@ from test_npu_model import (
 
 from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng import runtime as rt
+from ethosu_ng.compile_spec import TARGETS
 from ethosu_ng.export import lower, quantize
 from ethosu_ng.runtime import npu_selection
 
@@ -592,14 +593,14 @@ def _zoo_models():
         return sorted({row["model"] for row in json.load(f)})
 
 
-ZOO_U85_TARGETS = ("ethos-u85-256", "ethos-u85-512")
+ZOO_U85_TARGETS = tuple(t for t in TARGETS if t.startswith("ethos-u85-"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ZOO_U85_TARGETS)
 @pytest.mark.parametrize("model_spec", _zoo_models())
 def test_u85_zoo_ships_bit_exact_on_the_model(model_spec, target):
-    """Every zoo model (docs/zoo.json) compiled for a U85 size with the default settings
+    """Every zoo model (docs/zoo.json) compiled for every U85 size with the default settings
     (verified compile on) runs on the U85 model by default, bit-exact to the TOSA reference
     model on two input batches. Prints one line per case (docs/reliability.md keeps the
     figures)."""
