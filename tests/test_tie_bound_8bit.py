@@ -87,6 +87,55 @@ def test_a_lookup_moves_no_more_than_its_bound(fn, scale, zp, reach, seed):
         assert bool(ok.all()), (fn, o, float((moved - got).max()))
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    fn=st.sampled_from(["acosh", "log", "rsqrt", "exp", "asin", "atanh"]),
+    scale=st.floats(1e-4, 0.3).map(lambda v: float(torch.tensor(v, dtype=torch.float32))),
+    zp=st.integers(-128, 127),
+)
+def test_a_lookup_bounds_the_float32_reading_of_its_codes(fn, scale, zp):
+    """The eager model (and upstream's table) reads each code's value as float32 rounds it;
+    where the function is steep that alone moves the result (acosh at 1). With no tie anywhere
+    (delta 0), the bound still covers the float32 reading of every code, steep ends included."""
+    target = getattr(exir_ops.edge.aten, fn).default
+    codes = torch.arange(-128, 128)
+    x = (codes.to(torch.float64) - zp) * scale
+    g = torch.fx.Graph()
+    q = g.placeholder("q")
+    dq = g.call_function(_DQ, (q, scale, zp, -128, 127, torch.int8))
+    node = g.call_function(target, (dq,))
+    bound = TieBound(1e-3)
+    bound.delta[dq] = torch.zeros(x.shape, dtype=torch.float64)
+    result = target(x)
+    bound.step(node, [x], result)
+    got = bound.delta[node]
+    read32 = target(x.to(torch.float32).to(torch.float64))
+    both = torch.isfinite(result) & torch.isfinite(read32)
+    assert bool(((read32 - result).abs()[both] <= got[both] + 1e-12).all())
+
+
+def test_acosh_calibrated_at_one_is_delegated_and_bit_exact():
+    """Upstream's ``test_acosh_u*_INT[ones]``: calibrated on ones, code 127 reads 1.0 in float32
+    (acosh 0) and 1 + 5.9e-8 in float64 (acosh 3.4e-4, 23 output steps). Eager and TOSA agree;
+    the lowering check accepts the float32 reading, so the acosh is delegated and the program is
+    bit-exact."""
+    from ethosu_ng.export import lower, quantize
+    from ethosu_ng.runtime import run_pte
+
+    class Acosh(torch.nn.Module):
+        def forward(self, x):
+            return torch.acosh(x)
+
+    x = (torch.ones(1, 3, 4, 4),)
+    spec = EthosUNGCompileSpec("ethos-u85-128")
+    q = quantize(Acosh(), x, spec)
+    edge, partitioner = lower(q, x, spec)
+    assert list(partitioner.report.partitions) == ["ethosu_ng_0"], partitioner.report.cpu_reasons
+    assert "aten.acosh.default" not in partitioner.report.cpu_targets.values()
+    got = run_pte(edge.to_executorch().buffer, list(x))[0]
+    torch.testing.assert_close(got, q(*x), atol=0, rtol=0)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     seed=st.integers(0, 2**31 - 1),

@@ -195,7 +195,13 @@ def _lookup_delta(node: torch.fx.Node, values: list, dx: torch.Tensor) -> torch.
             moved = torch.where(finite[there] & finite[index], moved, _ANYTHING)
             worst = torch.where(reach >= o, torch.maximum(worst, moved), worst)
     span = table[finite].max() - table[finite].min() if bool(finite.all()) else _ANYTHING
-    return torch.where(reach > _LOOKUP_REACH, span, worst)
+    worst = torch.where(reach > _LOOKUP_REACH, span, worst)
+    # The eager model and upstream's table read a code's value as float32 rounds it: where the
+    # function is steep (acosh at 1: 1.0 in float32, 1 + 5.9e-8 in float64) that alone moves it.
+    read32 = node.target(grid.to(torch.float32).to(torch.float64), *values[1:], **node.kwargs)
+    both = finite & torch.isfinite(read32)
+    rounding = torch.where(both, (read32.to(torch.float64) - table).abs(), _ANYTHING)
+    return torch.maximum(worst, torch.where(finite, rounding, 0.0)[index])
 
 
 class TieBound:
