@@ -145,6 +145,64 @@ class CondOnly(torch.nn.Module):
         return torch.cond(x.sum() > 0, lambda v: v * 2, lambda v: v - 1, (torch.relu(x),))
 
 
+class CondConv(torch.nn.Module):
+    """A cond whose branches compute: a convolution on one side, a sigmoid on the other."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x):
+        return torch.cond(
+            x.mean() > 0, lambda v: self.conv(v), lambda v: torch.sigmoid(v) * 2, (x + 1,)
+        )
+
+
+def _check_cond_delegated(channels, size, target, seed):
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = CondConv(channels).eval()
+    shape = (1, channels, size, size)
+    # Both branches calibrated: one batch per sign of the mean.
+    calibration = [(torch.randn(shape, generator=g) + m,) for m in (2.0, -3.0)]
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    q = quantize(model, calibration[0], spec, calibration=calibration)
+    edge, partitioner = lower(q, calibration[0], spec)
+    assert _delegates(edge) == 1, partitioner.report.cpu_reasons
+    assert "cond" not in partitioner.report.cpu_targets.values(), partitioner.report.cpu_reasons
+    pte = edge.to_executorch().buffer
+    (returned,) = q.graph.output_node().args[0]
+    step = returned.args[1]
+    for m in (2.0, -3.0):
+        x = (torch.randn(shape, generator=g) + m,)
+        got, want = run_pte(pte, list(x))[0], q(*x)
+        lsb = (torch.round(got.double() / step) - torch.round(want.double() / step)).abs()
+        assert lsb.max().item() <= 1, (m, lsb.max())
+
+
+@settings(max_examples=1, **SETTINGS)
+@given(
+    channels=st.integers(1, 8),
+    size=st.integers(2, 9),
+    target=st.sampled_from(U85),
+    seed=st.integers(0, 99),
+)
+def test_cond_is_delegated_whole_on_u85_both_branches_within_1_lsb(channels, size, target, seed):
+    _check_cond_delegated(channels, size, target, seed)
+
+
+@pytest.mark.slow
+@settings(max_examples=10, **SETTINGS)
+@given(
+    channels=st.integers(1, 8),
+    size=st.integers(2, 9),
+    target=st.sampled_from(U85),
+    seed=st.integers(0, 99),
+)
+def test_cond_is_delegated_whole_on_u85_many(channels, size, target, seed):
+    _check_cond_delegated(channels, size, target, seed)
+
+
 @pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-128"])
 def test_cond_still_exports_and_runs(target):
     x = (torch.randn(2, 3),)

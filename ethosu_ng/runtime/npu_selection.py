@@ -68,6 +68,25 @@ def model_unsupported(pte: bytes) -> Optional[str]:
     return None
 
 
+def tosa_fallback_at_run(pte: bytes) -> bool:
+    """Whether a run on the model that meets ``NotSupported`` may run again on the TOSA graphs:
+    every delegate carries its TOSA graph and one is an Ethos-U85 stream. ``model_unsupported``
+    tries a stream on zeroed scratch, which takes one path through a cond or while_loop's
+    branches; another input may take a path with something the model does not implement."""
+    from ethosu_ng.blob import DelegateBlob
+
+    blobs = [
+        DelegateBlob.from_bytes(data)
+        for backend, data in exir.pte_delegate_payloads(pte)
+        if backend == BACKEND_ID
+    ]
+    return (
+        bool(blobs)
+        and all(b.tosa is not None for b in blobs)
+        and any(payload_product(b.command_stream) == 2 for b in blobs)
+    )
+
+
 def npu_model_name(pte: bytes) -> str:
     """Which NPU the model runs for this program's delegates, e.g. ``"Ethos-U85"``."""
     from ethosu_ng.blob import DelegateBlob

@@ -15,7 +15,12 @@ from typing import Optional, Sequence
 from ethosu_ng.adapters import exir
 from ethosu_ng.runtime.dim_order import check_input_layouts, to_dim_order
 from ethosu_ng.runtime.host_module import load_host_runtime
-from ethosu_ng.runtime.npu_selection import default_npu_for, set_npu
+from ethosu_ng.runtime.npu_selection import (
+    NPU_MODEL_NOT_SUPPORTED,
+    default_npu_for,
+    set_npu,
+    tosa_fallback_at_run,
+)
 
 
 class HostMethod:
@@ -42,7 +47,20 @@ class HostMethod:
         ``check_input_layouts``); returns the outputs as a list. ``npu``: what runs the delegates
         (``run_pte``); ``None`` is the program's default (``HostProgram.default_npu``)."""
         inputs = check_input_layouts(inputs, self._input_orders)
-        set_npu(npu or self.program.default_npu)
+        chosen = npu or self.program.default_npu
+        set_npu(chosen)
+        try:
+            return list(self._method.execute(inputs))
+        except RuntimeError as e:
+            not_supported = f"error {NPU_MODEL_NOT_SUPPORTED:#x}" in str(e)
+            if npu is not None or chosen != "model" or not not_supported:
+                raise
+            if not self.program.tosa_fallback:
+                raise
+        # The model met a path of a U85 stream it does not implement (the trial run took
+        # another): this program's delegates run on their TOSA graphs from now on.
+        self.program.default_npu = "tosa"
+        set_npu("tosa")
         return list(self._method.execute(inputs))
 
     def lay_out(self, inputs: Sequence) -> list:
@@ -72,6 +90,7 @@ class HostProgram:
         self._program = Runtime.get().load_program(data)
         self._methods: dict = {}
         self.default_npu = default_npu_for(data)
+        self.tosa_fallback = tosa_fallback_at_run(data)
 
     @property
     def method_names(self) -> set:
@@ -116,7 +135,8 @@ def run_pte(pte, inputs: Sequence, method: str = "forward", npu: Optional[str] =
     Ethos-U55/U65/U85 functional model) or ``"tosa"`` (the embedded TOSA graph on the reference
     model; needs ``embed_tosa=True``). ``None``: ``DEFAULT_NPU`` (the model), or ``"tosa"`` for
     an Ethos-U85 program whose stream uses something the model does not implement
-    (``default_npu_for``).
+    (``default_npu_for``); a default run whose cond or while_loop takes a path the model does
+    not implement runs again on the TOSA graphs, as does every later run of the program.
 
     Inputs are torch tensors laid out in the dim order the program planned for each (its IO
     contract: ``--input-layout``): ``executorch.runtime`` copies an input's storage as is into
