@@ -43,7 +43,7 @@ OP_STOP = 0x000
 KERNELS = (0x002, 0x003, 0x005, 0x006, 0x007)  # CONV, DEPTHWISE, POOL, ELEMENTWISE, RESIZE
 # Upper bounds of the random int8 inputs, one per seed: the loops run longest on small values.
 HIGHS = (-126, -124, -120, -110, -100, -60, 0, 128)
-LIMIT = "over the model's limit of 2^24 per stream"
+LIMIT = "over the model's limit of 2^22 per stream"
 
 
 @functools.cache
@@ -154,7 +154,7 @@ def test_branch_that_never_ends_stops_at_the_command_limit():
         cmds = [cmd0(0x012), *cmd1(OP_BRANCH, 0), cmd0(OP_STOP, 0xFFFF)]
         rt.npu_model_run(u85_payload(cmds), bytes(256), bytearray(512))
     msg = str(info.value)
-    assert "over the model's limit of 2^24" in msg and "NPU_OP_BRANCH" in msg, msg
+    assert "over the model's limit of 2^22" in msg and "NPU_OP_BRANCH" in msg, msg
     assert info.value.code == 0x25, info.value.code
 
 
