@@ -133,6 +133,26 @@ def test_while_loop_without_control_flow_fails_at_partition_time_many(shape, lim
     _check_refused(shape, limit, target)
 
 
+class LoopWithAtan2(torch.nn.Module):
+    def forward(self, x):
+        def cond_fn(v):
+            return torch.gt(v.sum(), torch.full((1,), 1.0)).squeeze()
+
+        def body_fn(v):
+            return (torch.atan2(v, v + 3) / 2,)
+
+        return while_loop(cond_fn, body_fn, (x,))[0]
+
+
+def test_a_loop_whose_body_the_npu_does_not_take_names_the_op():
+    """On a U85 the loop is refused because of one op in its body: the error names that op."""
+    x = (torch.rand(2, 3) * 4,)
+    spec = EthosUNGCompileSpec("ethos-u85-128")
+    with pytest.raises(UnsupportedControlFlowError) as e:
+        lower(quantize(LoopWithAtan2().eval(), x, spec), x, spec)
+    assert "aten.atan2.default in the graph it calls is not supported" in str(e.value), e.value
+
+
 def test_a_while_loop_inside_a_cond_branch_on_the_cpu_is_found():
     """(Checked on the exported float program: nothing is tagged, so the cond runs on the CPU.)"""
     program = torch.export.export(LoopInCond(2).eval(), (torch.randn(2, 3),))

@@ -20,7 +20,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ethosu_ng.adapters import arm as upstream
-from ethosu_ng.ops import is_dequantize, is_quantize
+from ethosu_ng.ops import is_dequantize, is_quantize, op_name
 
 # Higher-order ops ExecuTorch's emitter cannot run on the CPU, with the reason.
 CPU_UNRUNNABLE = {
@@ -79,7 +79,10 @@ def tag_control_flow_graphs(
             for n in calls:
                 n.meta.pop("delegation_tag", None)
             if blocked is not None:
-                reasons.setdefault(path + blocked.name, "not supported inside a control-flow graph")
+                reasons.setdefault(
+                    path + blocked.name,
+                    f"{op_name(blocked.target)} in the graph it calls is not supported on the NPU",
+                )
                 continue
             for n in calls:
                 n.meta["delegation_tag"] = f"{GRAPH_TAG_PREFIX}{count}"
@@ -117,13 +120,13 @@ def reject_cpu_unrunnable(program: ExportedProgram, target: str, why: Dict[str, 
         if n.target not in CPU_UNRUNNABLE:
             continue
         name = getattr(n.target, "__name__", str(n.target))
-        # Its own reason, or why one of the graphs it calls was not taken whole.
+        # Why a graph it calls was not taken whole, else its own reason.
         base = path.rsplit(".", 1)[0] + "." if "." in path else ""
         graphs = [
             f"{base}{a.target}." for a in n.args if isinstance(a, Node) and a.op == "get_attr"
         ]
-        because = why.get(path) or next(
-            (r for p, r in why.items() if any(p.startswith(g) for g in graphs)), None
+        because = next(
+            (r for p, r in why.items() if any(p.startswith(g) for g in graphs)), why.get(path)
         )
         raise UnsupportedControlFlowError(
             f"node {path} ({name}) cannot run: {CPU_UNRUNNABLE[n.target]}, and it is not "
