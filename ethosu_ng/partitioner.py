@@ -270,7 +270,8 @@ class EthosUNGPartitioner(Partitioner):
                 upstream.operator_support(self.compile_spec, program, reporter),
             )
             # Upstream's check takes a cond / while_loop whose graphs are tagged whole.
-            tag_control_flow_graphs(program, support, report.cpu_reasons)
+            if upstream.supports_control_flow(self.compile_spec):
+                tag_control_flow_graphs(program, support, report.cpu_reasons)
             search = CulpritSearch(
                 propose=lambda nodes: self._propose(program, support, contract, excluded, nodes)[0],
                 try_compile=trial.try_compile,

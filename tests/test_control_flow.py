@@ -72,6 +72,13 @@ def _delegates(edge) -> int:
     return sum(n.op == "call_function" and n.target is CALL_DELEGATE for n in gm.graph.nodes)
 
 
+def _lsb_apart(q, got, want) -> float:
+    """Steps of ``q``'s output grid (its output's dequantize) between two readings of it."""
+    (returned,) = q.graph.output_node().args[0]
+    step = returned.args[1]
+    return (torch.round(got.double() / step) - torch.round(want.double() / step)).abs().max().item()
+
+
 def _check_delegated(shape, limit, target, seed):
     """The loop is delegated whole (no while_loop left on the CPU) and the program is within 1 LSB
     of the eager quantized model on inputs that run the loop a different number of times."""
@@ -83,14 +90,10 @@ def _check_delegated(shape, limit, target, seed):
     assert _delegates(edge) == 1, partitioner.report.cpu_reasons
     assert "while_loop" not in partitioner.report.cpu_targets.values()
     pte = edge.to_executorch().buffer
-    (returned,) = q.graph.output_node().args[0]  # the output's dequantize
-    step = returned.args[1]
     for scale in (0.5, 2.0, 4.0):
         x = (torch.randn(shape, generator=g) * scale,)
-        got, want = run_pte(pte, list(x))[0], q(*x)
         # Halving an odd code is a rounding tie (README: within 1 LSB); halving shrinks it again.
-        lsb = (torch.round(got.double() / step) - torch.round(want.double() / step)).abs()
-        assert lsb.max().item() <= 1, (x, got, want)
+        assert _lsb_apart(q, run_pte(pte, list(x))[0], q(*x)) <= 1, x
 
 
 @settings(max_examples=2, **SETTINGS)
@@ -191,34 +194,28 @@ def _check_cond_delegated(channels, size, target, seed):
     assert _delegates(edge) == 1, partitioner.report.cpu_reasons
     assert "cond" not in partitioner.report.cpu_targets.values(), partitioner.report.cpu_reasons
     pte = edge.to_executorch().buffer
-    (returned,) = q.graph.output_node().args[0]
-    step = returned.args[1]
     for m in (2.0, -3.0):
         x = (torch.randn(shape, generator=g) + m,)
-        got, want = run_pte(pte, list(x))[0], q(*x)
-        lsb = (torch.round(got.double() / step) - torch.round(want.double() / step)).abs()
-        assert lsb.max().item() <= 1, (m, lsb.max())
+        assert _lsb_apart(q, run_pte(pte, list(x))[0], q(*x)) <= 1, m
 
 
-@settings(max_examples=1, **SETTINGS)
-@given(
+CONDS = dict(
     channels=st.integers(1, 8),
     size=st.integers(2, 9),
     target=st.sampled_from(U85),
     seed=st.integers(0, 99),
 )
+
+
+@settings(max_examples=1, **SETTINGS)
+@given(**CONDS)
 def test_cond_is_delegated_whole_on_u85_both_branches_within_1_lsb(channels, size, target, seed):
     _check_cond_delegated(channels, size, target, seed)
 
 
 @pytest.mark.slow
 @settings(max_examples=10, **SETTINGS)
-@given(
-    channels=st.integers(1, 8),
-    size=st.integers(2, 9),
-    target=st.sampled_from(U85),
-    seed=st.integers(0, 99),
-)
+@given(**CONDS)
 def test_cond_is_delegated_whole_on_u85_many(channels, size, target, seed):
     _check_cond_delegated(channels, size, target, seed)
 

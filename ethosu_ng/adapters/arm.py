@@ -132,6 +132,11 @@ def ops_to_not_decompose(
     return _upstream_partitioner(spec).ops_to_not_decompose(program)
 
 
+def supports_control_flow(spec: EthosUNGCompileSpec) -> bool:
+    """Whether ``spec``'s TOSA profile has the control-flow extension (Ethos-U85: ``+cf``)."""
+    return upstream_compile_spec(spec).tosa_spec.support_extension("cf")
+
+
 def lacks_conv3d(spec: EthosUNGCompileSpec) -> bool:
     """Whether ``spec``'s target has no CONV3D (upstream lowers a conv3d there as a conv2d)."""
     return upstream_compile_spec(spec).tosa_spec.is_U55_subset
