@@ -55,11 +55,11 @@ def _edge_qdq(n: Node) -> bool:
 
 def tag_control_flow_graphs(
     program: ExportedProgram, support: OperatorSupportBase, reasons: Dict[str, str]
-) -> int:
+) -> None:
     """Tag every node of each control-flow graph (innermost first) that ``support`` takes whole;
     a graph with an unsupported node keeps none, and its first such node's reason goes into
-    ``reasons`` (keyed by the node's path). Returns how many graphs were tagged."""
-    count = 0
+    ``reasons`` (keyed by the node's path)."""
+    count = 0  # graphs tagged so far: each gets its own tag
 
     def visit(gm: GraphModule, prefix: str) -> None:
         nonlocal count
@@ -89,7 +89,6 @@ def tag_control_flow_graphs(
             count += 1
 
     visit(program.graph_module, "")
-    return count
 
 
 def clear_control_flow_tags(program: ExportedProgram) -> None:
