@@ -12,6 +12,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.partitioner import EthosUNGPartitioner
+from ethosu_ng.passes.loop_carried_grid import requantize_loop_results
 from ethosu_ng.quantizer import EthosUNGQuantizer
 
 
@@ -38,7 +39,9 @@ def quantize(
     batches = calibration if calibration is not None else [example_inputs]
     if upstream.control_flow_submodules(gm):
         with torch.no_grad():
-            return upstream.quantize_with_control_flow(quantizer, gm, batches)
+            quantized = upstream.quantize_with_control_flow(quantizer, gm, batches)
+        requantize_loop_results(quantized)
+        return quantized
     prepared = prepare_pt2e(gm, quantizer)
     with torch.no_grad():
         for batch in batches:

@@ -109,6 +109,78 @@ def test_while_loop_is_delegated_on_u85_many(shape, limit, target, seed):
     _check_delegated(shape, limit, target, seed)
 
 
+class LoopWithAdditionalInput(torch.nn.Module):
+    """Doubles its input until the sum reaches a limit passed as the loop's additional input: a
+    buffer (``source="buffer"``) or a tensor computed from the input (``"computed"``), read by
+    the condition alone or by the body too."""
+
+    def __init__(self, source: str, threshold: float, body_reads: bool):
+        super().__init__()
+        self.source, self.body_reads = source, body_reads
+        self.register_buffer("threshold", torch.tensor((threshold,)))
+
+    def forward(self, x):
+        # At least one step of the grid the value shares with the limit (a loop carries one
+        # grid), so that doubling it reaches any limit.
+        x = torch.abs(x) + 1.0
+        limit = self.threshold if self.source == "buffer" else x.sum().reshape(1) * self.threshold
+
+        def cond_fn(v, lim):
+            return torch.lt(v.sum(), lim).squeeze()
+
+        def body_fn(v, lim):
+            return (v + v + lim * 0.0625,) if self.body_reads else (v + v,)
+
+        return torch.ops.higher_order.while_loop(cond_fn, body_fn, (x,), (limit,))[0]
+
+
+ADDITIONAL = dict(
+    shape=SHAPES,
+    source=st.sampled_from(["buffer", "computed"]),
+    threshold=st.sampled_from([4.0, 30.0, 128.0, 400.0]),
+    body_reads=st.booleans(),
+    target=st.sampled_from(U85),
+    seed=st.integers(0, 99),
+)
+
+
+def _check_additional_input(shape, source, threshold, body_reads, target, seed):
+    """A loop with an additional input is delegated whole and within 1 LSB of the eager quantized
+    model on inputs that double a different number of times (upstream's annotation of such a loop
+    put its result on another grid than its entry, and the TOSA graph stopped it early)."""
+    if source == "computed":
+        threshold = threshold / 16  # a multiple of the input's own sum
+    g = torch.Generator().manual_seed(seed)
+    calibration = [(torch.rand(shape, generator=g) * 2,) for _ in range(3)]
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    model = LoopWithAdditionalInput(source, threshold, body_reads).eval()
+    q = quantize(model, calibration[0], spec, calibration=calibration)
+    edge, partitioner = lower(q, calibration[0], spec)
+    assert _delegates(edge) == 1, partitioner.report.cpu_reasons
+    assert "while_loop" not in partitioner.report.cpu_targets.values()
+    pte = edge.to_executorch().buffer
+    for scale in (0.1, 0.5, 2.0):
+        x = (torch.rand(shape, generator=g) * scale,)
+        assert _lsb_apart(q, run_pte(pte, list(x))[0], q(*x)) <= 1, x
+
+
+@settings(max_examples=1, **SETTINGS)
+@given(**ADDITIONAL)
+def test_while_loop_with_an_additional_input_equals_the_quantized_model(
+    shape, source, threshold, body_reads, target, seed
+):
+    _check_additional_input(shape, source, threshold, body_reads, target, seed)
+
+
+@pytest.mark.slow
+@settings(max_examples=10, **SETTINGS)
+@given(**ADDITIONAL)
+def test_while_loop_with_an_additional_input_many(
+    shape, source, threshold, body_reads, target, seed
+):
+    _check_additional_input(shape, source, threshold, body_reads, target, seed)
+
+
 def _check_refused(shape, limit, target):
     model = TopLevelLoop(limit).eval()
     x = (torch.randn(shape),)
