@@ -12,6 +12,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.partitioner import EthosUNGPartitioner
+from ethosu_ng.passes.control_flow_constants import inline_uniform_constants
 from ethosu_ng.passes.loop_carried_grid import requantize_loop_results
 from ethosu_ng.quantizer import EthosUNGQuantizer
 
@@ -40,6 +41,7 @@ def quantize(
     if upstream.control_flow_submodules(gm):
         with torch.no_grad():
             quantized = upstream.quantize_with_control_flow(quantizer, gm, batches)
+        inline_uniform_constants(quantized)
         requantize_loop_results(quantized)
         return quantized
     prepared = prepare_pt2e(gm, quantizer)

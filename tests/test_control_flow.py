@@ -300,3 +300,82 @@ def test_cond_still_exports_and_runs(target):
     edge, _ = lower(q, x, spec)
     got = run_pte(edge.to_executorch().buffer, list(x))[0]
     torch.testing.assert_close(got, q(*x), atol=0, rtol=0)
+
+
+class NestedConds(torch.nn.Module):
+    """A cond in a cond branch, with constant operands at both depths (``x * c``, ``y + c``),
+    which quantizing folds into tensor attributes of the branch graphs; the inner branch is a
+    convolution or a constant add."""
+
+    def __init__(self, channels: int, constants, inner_conv: bool):
+        super().__init__()
+        self.c1, self.c2, self.c3 = constants
+        self.inner_conv = inner_conv
+        self.conv = torch.nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x):
+        def inner_true(v):
+            return self.conv(v) if self.inner_conv else v + self.c2
+
+        def inner_false(v):
+            return v - self.c2
+
+        def outer_true(v):
+            y = v * self.c1
+            return torch.cond(y.mean() > 0.5, inner_true, inner_false, (y,))
+
+        def outer_false(v):
+            return v * self.c3
+
+        return torch.cond(x.sum() > 0, outer_true, outer_false, (x,))
+
+
+NESTED = dict(
+    channels=st.integers(1, 4),
+    size=st.integers(2, 6),
+    constants=st.tuples(*[st.sampled_from([0.5, 1.0, 1.5, 3.0]) for _ in range(3)]),
+    inner_conv=st.booleans(),
+    target=st.sampled_from(U85 + NO_CF),
+    seed=st.integers(0, 99),
+)
+
+
+def _check_nested(channels, size, constants, inner_conv, target, seed):
+    """Exports on every target (the conds delegated whole on a U85, on the CPU elsewhere) and is
+    within 1 LSB of the eager quantized model on inputs that take each of the three paths."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    shape = (1, channels, size, size)
+    # One batch per path: outer false, outer true with the inner mean below and above 0.5.
+    means = (-2.0, 0.1 / constants[0], 2.0 / constants[0])
+    calibration = [(torch.randn(shape, generator=g) * 0.1 + m,) for m in means]
+    spec = EthosUNGCompileSpec(target, embed_tosa=True)
+    q = quantize(
+        NestedConds(channels, constants, inner_conv).eval(),
+        calibration[0],
+        spec,
+        calibration=calibration,
+    )
+    edge, partitioner = lower(q, calibration[0], spec)
+    if target in U85:
+        assert _delegates(edge) == 1, partitioner.report.cpu_reasons
+        assert "cond" not in partitioner.report.cpu_targets.values(), partitioner.report.cpu_reasons
+    pte = edge.to_executorch().buffer
+    for m in means:
+        x = (torch.randn(shape, generator=g) * 0.1 + m,)
+        assert _lsb_apart(q, run_pte(pte, list(x))[0], q(*x)) <= 1, m
+
+
+@settings(max_examples=1, **SETTINGS)
+@given(**NESTED)
+def test_nested_cond_with_constants_exports_and_equals_the_quantized_model(
+    channels, size, constants, inner_conv, target, seed
+):
+    _check_nested(channels, size, constants, inner_conv, target, seed)
+
+
+@pytest.mark.slow
+@settings(max_examples=10, **SETTINGS)
+@given(**NESTED)
+def test_nested_cond_with_constants_many(channels, size, constants, inner_conv, target, seed):
+    _check_nested(channels, size, constants, inner_conv, target, seed)
