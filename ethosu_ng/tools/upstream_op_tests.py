@@ -101,15 +101,25 @@ class Case:
     pipeline: str
     reason: str = ""  # upstream's xfail/skip reason
     module: str = ""  # class name of the module upstream lowers
+    # Shape perturbation (op_test_shapes.py): the seed and which draw; None runs upstream's shapes.
+    perturb_seed: Optional[int] = None
+    perturb_index: int = 0
 
     @property
     def op(self) -> str:
         return self.file[len("test_") :]
 
     @property
-    def key(self) -> str:
+    def base_key(self) -> str:
+        """The case at upstream's shapes."""
         suffix = f"#{self.call}" if self.call else ""
         return f"{self.file}::{self.function}[{self.param}]{suffix}@{self.target}"
+
+    @property
+    def key(self) -> str:
+        if self.perturb_seed is None:
+            return self.base_key
+        return f"{self.base_key}~shapes{self.perturb_seed}.{self.perturb_index}"
 
 
 # ----------------------------------------------------------------------------- collecting
@@ -494,6 +504,10 @@ def run_case(case: Case, timings: bool = True) -> Dict[str, Any]:
     try:
         model, inputs = materialize(case)
         spec = EthosUNGCompileSpec(TARGETS[case.target], embed_tosa=True)
+        upstream_inputs = inputs
+        if case.perturb_seed is not None:
+            stage = "perturb"
+            inputs = _perturbed_inputs(case, model, inputs, rec)
         stage = "quantize"
         q = quantize(model, inputs, spec, calibration=[inputs])
         stage = "lower"
@@ -534,8 +548,33 @@ def run_case(case: Case, timings: bool = True) -> Dict[str, Any]:
         rec["reason"] = _one_line(e)
         rec["traceback"] = traceback.format_exc()[-2000:]
     rec["stage"] = stage
+    if case.perturb_seed is not None and rec["lowered"] and not rec["fully_delegated"]:
+        # Left on the CPU at these shapes: is it at upstream's? (lowered again to know)
+        try:
+            q0 = quantize(model, upstream_inputs, spec, calibration=[upstream_inputs])
+            report0 = lower(q0, upstream_inputs, spec)[1].report
+            cpu0 = sorted({op for op in report0.cpu_targets.values() if is_compute(op)})
+            rec["upstream_shapes_cpu_ops"] = cpu0
+            rec["upstream_shapes_fully_delegated"] = bool(report0.partitions) and not cpu0
+        except Exception as e:
+            rec["upstream_shapes_error"] = _one_line(e)
     rec["seconds"] = round(time.monotonic() - t0, 2)
     return rec
+
+
+class NoValidPerturbation(Exception):
+    """Every draw of new shapes made the float eager module fail: the case is skipped."""
+
+
+def _perturbed_inputs(case: Case, model, inputs, rec: Dict[str, Any]) -> Tuple[Any, ...]:
+    from ethosu_ng.tools.op_test_shapes import perturb
+
+    new, info = perturb(model, inputs, case.perturb_seed, f"{case.base_key}#{case.perturb_index}")
+    rec.update(info)
+    if new is None:
+        last = info["refused"][-1] if info["refused"] else "no size to change"
+        raise NoValidPerturbation(f"no valid perturbation ({len(info['refused'])} refused: {last})")
+    return new
 
 
 # ----------------------------------------------------------------------------- workers
@@ -709,6 +748,9 @@ def failure_class(rec: Dict[str, Any]) -> str:
     if rec.get("stage") is None:
         if not rec.get("within_1lsb"):
             return "compare: > 1 LSB"
+        if rec.get("upstream_shapes_fully_delegated") and not rec.get("fully_delegated"):
+            # A perturbed case on the CPU whose op upstream's shapes delegate.
+            return f"delegation: {', '.join(rec.get('cpu_ops', []))} on the CPU"[:90]
         return ""
     reason = _NUMBERS.sub("N", rec.get("reason", ""))
     reason = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", reason)
@@ -810,7 +852,7 @@ def main(argv: Optional[Sequence[str]] = None, default_results: str = DEFAULT_RE
     ap.add_argument("--per-op", type=int, help="run at most N new cases per op and target")
     ap.add_argument("--table", action="store_true", help="print the table of the results")
     ap.add_argument("--list", action="store_true", help="print the cases to run; run nothing")
-    ap.add_argument("--results", default=default_results)
+    ap.add_argument("--results", default=None, help=f"JSON lines (default {default_results})")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per case")
     ap.add_argument("--cases-per-worker", type=int, default=20)
     ap.add_argument("--all-variants", action="store_true", help="also a16w8 and custom cases")
@@ -823,7 +865,22 @@ def main(argv: Optional[Sequence[str]] = None, default_results: str = DEFAULT_RE
     ap.add_argument(
         "--redo", help="regex: run the matching cases again although recorded (the newest counts)"
     )
+    ap.add_argument("--match", help="regex: only the cases whose key matches")
+    ap.add_argument(
+        "--perturb-shapes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run each case at N drawn shapes instead of upstream's (op_test_shapes.py); "
+        "results default to upstream_op_tests_shapes.jsonl beside the default results",
+    )
+    ap.add_argument("--seed", type=int, default=0, help="seed of --perturb-shapes")
     args = ap.parse_args(argv)
+    if args.results is None:
+        args.results = default_results
+        if args.perturb_shapes:
+            root, ext = os.path.splitext(default_results)
+            args.results = f"{root}_shapes{ext}"
     ops = [o.strip() for o in args.ops.split(",")] if args.ops else None
     targets = [t.strip() for t in args.targets.split(",")]
     for t in targets:
@@ -836,7 +893,14 @@ def main(argv: Optional[Sequence[str]] = None, default_results: str = DEFAULT_RE
             results = [r for r in results if r["op"] in ops or r["file"] in ops]
         expects = args.expect.split(",")
         results = [r for r in results if r["target"] in targets and r["expect"] in expects]
+        if args.match:
+            results = [r for r in results if re.search(args.match, r["key"])]
+        # A perturbed case without valid shapes did not run: counted, not tabled.
+        skipped = [r for r in results if r.get("stage") == "perturb"]
+        results = [r for r in results if r.get("stage") != "perturb"]
         print(table(results))
+        if skipped:
+            print(f"\n{len(skipped)} cases had no valid perturbation (not in the table)")
         print()
         for cls, n, key, why in failure_classes(results):
             print(f"- {n} x {cls} -- e.g. {key}: {why}")
@@ -848,6 +912,15 @@ def main(argv: Optional[Sequence[str]] = None, default_results: str = DEFAULT_RE
     for where, why in errors.items():
         print(f"not collected: {where}: {why}", file=sys.stderr)
     selected = _select(cases, targets, args.all_variants, args.expect.split(","))
+    if args.perturb_shapes:
+        # Draw k of every case before draw k+1 of any, so a limited run covers the cases.
+        selected = [
+            dataclasses.replace(c, perturb_seed=args.seed, perturb_index=k)
+            for k in range(args.perturb_shapes)
+            for c in selected
+        ]
+    if args.match:
+        selected = [c for c in selected if re.search(args.match, c.key)]
     done = load_results(args.results)
     redo = re.compile(args.redo) if args.redo else None
     todo = [c for c in selected if c.key not in done or (redo and redo.search(c.key))]
@@ -883,7 +956,11 @@ def main(argv: Optional[Sequence[str]] = None, default_results: str = DEFAULT_RE
                 if rec["stage"] is None
                 else f"{rec['stage']}: {rec['reason'][:120]}"
             )
-            print(f"[{k + 1}/{len(todo)}] {case.key} {rec['seconds']:.1f}s {verdict}", flush=True)
+            shapes = f" shapes={rec['shapes']}" if rec.get("shapes") else ""
+            print(
+                f"[{k + 1}/{len(todo)}] {case.key}{shapes} {rec['seconds']:.1f}s {verdict}",
+                flush=True,
+            )
     finally:
         pool.stop()
     return 0
