@@ -33,6 +33,7 @@ _LAZY = {
     "EthosUNGCompileSpec": "ethosu_ng.compile_spec",
     "EthosUNGPartitioner": "ethosu_ng.partitioner",
     "EthosUNGQuantizer": "ethosu_ng.quantizer",
+    "CalibrationError": "ethosu_ng.export",
 }
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "VerifyResult",
     "TARGETS",
     "BoundaryContractError",
+    "CalibrationError",
     "DelegateBlob",
     "EthosUNGBackend",
     "EthosUNGCompileSpec",

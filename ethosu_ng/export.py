@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Iterable, Mapping, Optional, Sequence, Tuple
 
 import torch
@@ -37,18 +38,92 @@ def quantize(
         activation_dtype=activation_dtype,
         module_dtypes=module_dtypes,
     )
-    batches = calibration if calibration is not None else [example_inputs]
+    batches = list(calibration) if calibration is not None else [example_inputs]
     if upstream.control_flow_submodules(gm):
-        with torch.no_grad():
+        with torch.no_grad(), _calibration_errors(gm, batches):
             quantized = upstream.quantize_with_control_flow(quantizer, gm, batches)
         inline_uniform_constants(quantized)
         requantize_loop_results(quantized)
         return quantized
     prepared = prepare_pt2e(gm, quantizer)
-    with torch.no_grad():
+    with torch.no_grad(), _calibration_errors(prepared, batches):
         for batch in batches:
             prepared(*batch)
     return convert_pt2e(prepared)
+
+
+class CalibrationError(ValueError):
+    """A calibration batch gives an activation no finite value an observer can range."""
+
+
+@contextmanager
+def _calibration_errors(gm: torch.fx.GraphModule, batches):
+    """An observer's failure on non-finite values (torch's "range of [nan, nan] is not finite")
+    becomes a ``CalibrationError`` naming the first node whose output is not finite."""
+    try:
+        yield
+    except RuntimeError as e:
+        if "not finite" not in str(e):
+            raise
+        for k, batch in enumerate(batches):
+            culprit = _first_non_finite(gm, batch)
+            if culprit is not None:
+                node, bad, total = culprit
+                raise CalibrationError(
+                    f"calibration batch {k}: node {_describe(node)} gives {bad} of {total} "
+                    "values NaN or infinite, which no quantization grid holds; calibrate with "
+                    "inputs inside the op's domain" + _source_line(node)
+                ) from None
+        raise
+
+
+def _describe(node: torch.fx.Node) -> str:
+    """``name (op)``, with the op the model wrote where a quantizer transform rewrote it."""
+    origin = node.meta.get("from_node") or []
+    while origin and origin[0].from_node:
+        origin = origin[0].from_node
+    own = f"{node.name} ({node.target}"
+    if origin and origin[0].target != str(node.target):
+        own += f", from {origin[0].name}: {origin[0].target}"
+    return own + ")"
+
+
+def _source_line(node: torch.fx.Node) -> str:
+    """ " (file, line N: code)" of the innermost frame of the model's own code, or ""."""
+    lines = [ln.strip() for ln in node.meta.get("stack_trace", "").strip().splitlines()]
+    frames = [
+        (lines[i], lines[i + 1]) for i in range(len(lines) - 1) if lines[i].startswith("File ")
+    ]
+    own = [f for f in frames if "site-packages" not in f[0] and "/ethosu_ng/" not in f[0]]
+    return f" ({own[-1][0]}: {own[-1][1]})" if own else ""
+
+
+def _first_non_finite(gm: torch.fx.GraphModule, batch):
+    """(node, non-finite count, element count) of the first float output that is not finite on
+    ``batch``, running ``gm``'s nodes in order with its observers passed through."""
+    found = []
+
+    class Finder(torch.fx.Interpreter):
+        def call_module(self, target, args, kwargs):
+            module = self.fetch_attr(target)
+            if (
+                "observer" in type(module).__name__.lower()
+                or "fakequant" in type(module).__name__.lower()
+            ):
+                return args[0]
+            return super().call_module(target, args, kwargs)
+
+        def run_node(self, n):
+            out = super().run_node(n)
+            if not found and isinstance(out, torch.Tensor) and out.is_floating_point():
+                bad = int((~torch.isfinite(out)).sum())
+                if bad:
+                    found.append((n, bad, out.numel()))
+            return out
+
+    with torch.no_grad():
+        Finder(gm).run(*batch)
+    return found[0] if found else None
 
 
 def serialize(edge: EdgeProgramManager, spec: EthosUNGCompileSpec) -> Tuple[bytes, dict]:

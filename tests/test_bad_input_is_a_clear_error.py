@@ -132,3 +132,34 @@ def test_preprocess_check_passes_and_places_io():
             want.zero_point,
         )
         assert got.offset == offset
+
+
+class _OutOfDomain(torch.nn.Module):
+    """``op`` on a ReLU'd input: the ReLU before it is finite, ``op`` is not on part of it."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def forward(self, x):
+        return self.op(torch.relu(x) - 1.0) * 2
+
+
+@pytest.mark.parametrize(
+    "op, name", [(torch.acosh, "acosh"), (torch.log, "log"), (torch.sqrt, "sqrt")]
+)
+def test_calibration_outside_an_ops_domain_names_the_node(op, name):
+    """A calibration batch on which an op gives NaN or an infinity (acosh below 1, log of 0 or
+    less, sqrt of a negative) is a ``CalibrationError`` naming the batch, the node, how many
+    values and the model's source line, in one line: not torch's "range of [nan, nan] is not
+    finite" from inside an observer."""
+    from ethosu_ng.export import CalibrationError, quantize
+
+    good, bad = torch.full((1, 4, 3), 3.0), torch.linspace(-2, 2, 12).reshape(1, 4, 3)
+    with pytest.raises(CalibrationError) as e:
+        quantize(_OutOfDomain(op), (good,), EthosUNGCompileSpec("ethos-u55-128"), [(good,), (bad,)])
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    assert msg.startswith("calibration batch 1: node "), msg
+    assert f"{name} (aten.{name}.default" in msg or f"from {name}: aten.{name}.default)" in msg, msg
+    assert "return self.op(torch.relu(x) - 1.0) * 2" in msg, msg
