@@ -38,17 +38,20 @@ def quantize(
         activation_dtype=activation_dtype,
         module_dtypes=module_dtypes,
     )
-    batches = list(calibration) if calibration is not None else [example_inputs]
+    batches = calibration if calibration is not None else [example_inputs]
     if upstream.control_flow_submodules(gm):
-        with torch.no_grad(), _calibration_errors(gm, batches):
+        batches = list(batches)  # upstream's calibration takes a list
+        with torch.no_grad(), _calibration_errors(gm, lambda: enumerate(batches)):
             quantized = upstream.quantize_with_control_flow(quantizer, gm, batches)
         inline_uniform_constants(quantized)
         requantize_loop_results(quantized)
         return quantized
     prepared = prepare_pt2e(gm, quantizer)
-    with torch.no_grad(), _calibration_errors(prepared, batches):
-        for batch in batches:
-            prepared(*batch)
+    current = []  # the batch being calibrated on, for the error
+    with torch.no_grad(), _calibration_errors(prepared, lambda: current):
+        for batch in enumerate(batches):
+            current[:] = [batch]
+            prepared(*batch[1])
     return convert_pt2e(prepared)
 
 
@@ -57,7 +60,7 @@ class CalibrationError(ValueError):
 
 
 @contextmanager
-def _calibration_errors(gm: torch.fx.GraphModule, batches):
+def _calibration_errors(gm: torch.fx.GraphModule, suspects):
     """An observer's failure on non-finite values (torch's "range of [nan, nan] is not finite")
     becomes a ``CalibrationError`` naming the first node whose output is not finite."""
     try:
@@ -65,7 +68,7 @@ def _calibration_errors(gm: torch.fx.GraphModule, batches):
     except RuntimeError as e:
         if "not finite" not in str(e):
             raise
-        for k, batch in enumerate(batches):
+        for k, batch in suspects():
             culprit = _first_non_finite(gm, batch)
             if culprit is not None:
                 node, bad, total = culprit
