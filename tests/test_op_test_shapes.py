@@ -54,7 +54,10 @@ def test_perturbed_case_keys_and_records():
     perturbed = op_tests.Case(**{**case.__dict__, "perturb_seed": 1, "perturb_index": 2})
     assert perturbed.key == "test_add::f[p]@u55~shapes1.2"
     assert perturbed.base_key == case.key
-    on_cpu = {"stage": None, "within_1lsb": True, "fully_delegated": False, "cpu_ops": ["add"]}
+    on_cpu = {"stage": None, "within_1lsb": True, "fully_delegated": False, "cpu_ops": []}
     assert op_tests.failure_class(on_cpu) == ""
     on_cpu["upstream_shapes_fully_delegated"] = True
+    # No compute op anywhere (a slice that selects everything): nothing was left behind.
+    assert op_tests.failure_class(on_cpu) == ""
+    on_cpu["cpu_ops"] = ["add"]
     assert op_tests.failure_class(on_cpu) == "delegation: add on the CPU"

@@ -749,7 +749,7 @@ def failure_class(rec: Dict[str, Any]) -> str:
     if rec.get("stage") is None:
         if not rec.get("within_1lsb"):
             return "compare: > 1 LSB"
-        if rec.get("upstream_shapes_fully_delegated") and not rec.get("fully_delegated"):
+        if rec.get("upstream_shapes_fully_delegated") and rec.get("cpu_ops"):
             # A perturbed case on the CPU whose op upstream's shapes delegate.
             return f"delegation: {', '.join(rec.get('cpu_ops', []))} on the CPU"[:90]
         return ""
