@@ -5,6 +5,7 @@ for the same seed and case."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from ethosu_ng.tools import op_test_shapes
@@ -61,3 +62,22 @@ def test_perturbed_case_keys_and_records():
     assert op_tests.failure_class(on_cpu) == ""
     on_cpu["cpu_ops"] = ["add"]
     assert op_tests.failure_class(on_cpu) == "delegation: add on the CPU"
+
+
+@pytest.mark.slow
+def test_a_perturbed_upstream_case_runs_at_its_drawn_shapes():
+    case = op_tests.Case(
+        "test_add",
+        "test_add_tensor_u85_INT",
+        "5d_float",
+        "u85",
+        0,
+        "pass",
+        "int8",
+        "EthosU85PipelineINT",
+        perturb_seed=0,
+    )
+    rec = op_tests.run_case(case)
+    assert rec["stage"] is None, rec.get("traceback")
+    assert rec["shapes"] != rec["original_shapes"], rec
+    assert rec["fully_delegated"] and rec["within_1lsb"], rec
