@@ -8,6 +8,7 @@ them.
 """
 
 from ethosu_ng.passes.avg_pool_ceil_mode import AvgPoolCeilModePass
+from ethosu_ng.passes.batch_into_channels import BatchIntoChannelsPass
 from ethosu_ng.passes.commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
 from ethosu_ng.passes.contiguous_before_view import ContiguousBeforeViewPass
 from ethosu_ng.passes.conv3d_on_cpu import Conv3dOnCpuPass
@@ -36,6 +37,7 @@ __all__ = [
     "check_order",
     "pass_pipeline",
     "AvgPoolCeilModePass",
+    "BatchIntoChannelsPass",
     "CommuteQDQThroughPassThroughPass",
     "ContiguousBeforeViewPass",
     "Conv3dOnCpuPass",

@@ -35,6 +35,7 @@ from ethosu_ng.ops import (
     QUANTIZE_PER_TENSOR,
 )
 from ethosu_ng.passes.avg_pool_ceil_mode import AvgPoolCeilModePass
+from ethosu_ng.passes.batch_into_channels import BatchIntoChannelsPass
 from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
 from ethosu_ng.passes.integer_program_io import IntegerProgramIOPass
 from ethosu_ng.passes.lower_roll import LowerRollPass
@@ -68,6 +69,7 @@ class CommuteQDQThroughPassThroughPass:
     # Needs the final qparams and the final data-movement ops.
     runs_after = (
         AvgPoolCeilModePass,
+        BatchIntoChannelsPass,
         LowerRollPass,
         SliceOnMergedAxisPass,
         IntegerProgramIOPass,

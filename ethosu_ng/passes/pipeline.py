@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence, Tuple, Type
 
 from ethosu_ng.passes.avg_pool_ceil_mode import AvgPoolCeilModePass
+from ethosu_ng.passes.batch_into_channels import BatchIntoChannelsPass
 from ethosu_ng.passes.commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
 from ethosu_ng.passes.contiguous_before_view import ContiguousBeforeViewPass
 from ethosu_ng.passes.conv3d_on_cpu import Conv3dOnCpuPass
@@ -34,6 +35,7 @@ PRE_PARTITION_PASSES: Tuple[type, ...] = (
     ContiguousBeforeViewPass,
     AvgPoolCeilModePass,
     NearestResizeIndicesPass,
+    BatchIntoChannelsPass,
     LowerRollPass,
     SliceOnMergedAxisPass,
     QuantizeStateBuffersPass,
