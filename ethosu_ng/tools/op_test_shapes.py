@@ -64,17 +64,21 @@ def draw_shapes(
 ) -> Optional[List[List[int]]]:
     """New shapes for tensors of ``shapes`` (None when the template leaves nothing to change)."""
     positions: Dict[Any, List[Tuple[int, int]]] = {}
-    for i, shape in enumerate(shapes):
-        rank = len(shape)
-        if _numel(shape) <= 1 and rank <= 1:
-            continue  # a scalar-like operand broadcasts; keep it
-        for d in _dims(template, rank):
-            size = shape[d]
-            # A size-1 dim is a broadcast dim, except a leading batch of a rank>=3 tensor.
-            if size == 1 and not (d == 0 and rank >= 3):
-                continue
-            key = (d - rank, size) if keying == "aligned" else size
-            positions.setdefault(key, []).append((i, d))
+    # A size-1 dim is a broadcast dim, except a leading batch of a rank>=3 tensor; where every
+    # dim has size 1 (a [1, 1] input), those are the sizes to change.
+    for ones in (False, True):
+        for i, shape in enumerate(shapes):
+            rank = len(shape)
+            if _numel(shape) <= 1 and rank <= 1 and not ones:
+                continue  # a scalar-like operand broadcasts; keep it
+            for d in _dims(template, rank):
+                size = shape[d]
+                if size == 1 and not (d == 0 and rank >= 3) and not ones:
+                    continue
+                key = (d - rank, size) if keying == "aligned" else size
+                positions.setdefault(key, []).append((i, d))
+        if positions:
+            break
     if not positions:
         return None
     keys = sorted(positions, key=repr)
