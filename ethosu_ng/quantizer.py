@@ -21,6 +21,7 @@ import torch
 
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.annotation_aliases import canonicalize_aliases
+from ethosu_ng.annotation_composites import decompose_unannotated_composites
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.passes.avg_pool_divisor_as_conv import AvgPoolDivisorAsConvPass
 from ethosu_ng.passes.integer_program_io import IO_META_KEY
@@ -152,6 +153,11 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
         # Ops upstream annotates under another spelling (clamp_min, expand_as, ...) would stay
         # float between quantized neighbours and split the partition.
         canonicalize_aliases(model)
+        # Composites upstream does not annotate would stay float and run on the CPU. Their parts
+        # (a scalar operand, a division) go through upstream's transforms once more.
+        if decompose_unannotated_composites(model):
+            model = super().transform_for_annotation(model)
+            canonicalize_aliases(model)
         return model
 
     def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -3,8 +3,10 @@
 lists: ``clamp_min``, ``clamp_max``, ``expand_as``, ...) is quantized and delegated: the idiom
 stays inside one partition, nothing float runs on the CPU, on both families.
 
-``F.normalize`` (norm -> clamp_min(eps) -> expand_as -> div) inside attention used to lower as
-several partitions with float ``clamp``/``expand_copy`` on the CPU between them.
+``F.normalize`` (norm -> clamp_min(eps) -> expand_as -> div) inside attention lowered as several
+partitions with float ``clamp``/``expand_copy`` on the CPU between them without the rewrite. A
+composite upstream does not annotate (``addcmul`` in ConvNeXt-V2's GRN, ``addcdiv``) is
+decomposed before annotation (``annotation_composites``).
 """
 
 import pytest
@@ -54,6 +56,22 @@ class Between(nn.Module):
         return self.b(self.f(self.a(x)))
 
 
+class GlobalResponseNorm(nn.Module):
+    """ConvNeXt-V2's GRN on channels-last tokens, written as timm writes it (``addcmul``)."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim))
+        self.bias = nn.Parameter(torch.randn(dim))
+        self.a, self.b = nn.Linear(dim, dim), nn.Linear(dim, dim)
+
+    def forward(self, x):
+        x = self.a(x)
+        g = x.norm(p=2, dim=(1, 2), keepdim=True)
+        n = g / (g.mean(dim=-1, keepdim=True) + 1e-6)
+        return self.b(x + torch.addcmul(self.bias, self.weight, x * n))
+
+
 IDIOMS = {
     "normalize_attention": (NormalizedAttention, (1, 4, 8)),
     "normalize": (lambda: Between(lambda y: F.normalize(y, dim=-1)), (1, 4, 8)),
@@ -61,6 +79,16 @@ IDIOMS = {
     "clamp_max": (lambda: Between(lambda y: y.clamp_max(0.1)), (1, 4, 8)),
     "expand_as": (lambda: Between(lambda y: y[..., :1].expand_as(y) * y), (1, 4, 8)),
     "relu6": (lambda: Between(lambda y: F.relu6(y * 8)), (1, 4, 8)),
+    # Composites upstream does not annotate, decomposed before annotation.
+    "grn": (GlobalResponseNorm, (1, 3, 4, 8)),
+    "addcmul": (
+        lambda: Between(lambda y: torch.addcmul(y, y, torch.sigmoid(y), value=0.5)),
+        (1, 4, 8),
+    ),
+    "addcdiv": (
+        lambda: Between(lambda y: torch.addcdiv(y, y, y.abs() + 1.0, value=0.5)),
+        (1, 4, 8),
+    ),
 }
 
 
@@ -85,8 +113,15 @@ def test_every_op_is_annotated(idiom):
     assert bare == []
 
 
+# The composites' annotation is checked in the fast suite; their lowering under -m slow.
+SLOW_IDIOMS = {"addcmul", "addcdiv"}
+
+
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("idiom", sorted(IDIOMS))
+@pytest.mark.parametrize(
+    "idiom",
+    [pytest.param(i, marks=pytest.mark.slow) if i in SLOW_IDIOMS else i for i in sorted(IDIOMS)],
+)
 def test_idiom_is_one_partition_with_nothing_float_on_cpu(idiom, target):
     make, shape = IDIOMS[idiom]
     torch.manual_seed(0)
