@@ -6,9 +6,10 @@ Upstream's Arm quantizer annotates the ops it names, after its own decomposition
 response norm: ``x + addcmul(bias, weight, x * n)``), gets no observer and stays float; ExecuTorch
 decomposes it later into ``mul``/``add`` on float operands, which run on the CPU and split the
 partition (timm ``convnextv2_atto`` on ethos-u55-128: 13 partitions). Any such op that PyTorch's
-core ATen decomposition table writes in other ops is decomposed here instead, so its parts are
-annotated, calibrated and delegated like the same ops written by hand. Values are those of the
-decomposition ExecuTorch would apply anyway.
+core ATen decomposition table writes in ops upstream does annotate is decomposed here instead,
+so its parts are annotated, calibrated and delegated like the same ops written by hand. Values
+are those of the decomposition ExecuTorch would apply anyway. An op whose decomposition needs
+an op upstream does not annotate keeps its node (``roll``, lowered whole by the partitioner).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ _ANNOTATOR_MODULES = (
 # Meta that says where a node comes from: the decomposed nodes keep their composite's.
 _PROVENANCE = ("nn_module_stack", "stack_trace", "source_fn_stack", "custom", "from_node")
 _MAX_ROUNDS = 4
+# Ops upstream's own transform for annotation rewrites into annotated ones (a division as a
+# reciprocal and a multiplication), which runs again after a decomposition here.
+_REWRITTEN_BY_UPSTREAM = frozenset({torch.ops.aten.div.Tensor, torch.ops.aten.div.Scalar})
 
 
 @functools.cache
@@ -76,7 +80,11 @@ def _static(val: torch.Tensor) -> bool:
     return True
 
 
-def _decompose(gm: GraphModule, node: Node) -> None:
+def _decompose(gm: GraphModule, node: Node) -> bool:
+    """Replace ``node`` by its decomposition if every op in it is one upstream annotates;
+    return whether it did (an op lowered whole elsewhere, e.g. ``roll``, keeps its node)."""
+    import operator
+
     from torch.fx.experimental.proxy_tensor import make_fx
 
     tensors = [a for a in node.all_input_nodes]
@@ -93,6 +101,9 @@ def _decompose(gm: GraphModule, node: Node) -> None:
         return node.target(*args, **kwargs)
 
     traced = make_fx(call, decomposition_table=_table(), tracing_mode="fake")(*examples)
+    parts = {n.target for n in traced.graph.nodes if n.op == "call_function"}
+    if not parts or not parts <= annotated_ops() | _REWRITTEN_BY_UPSTREAM | {operator.getitem}:
+        return False
     placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
     env = dict(zip(placeholders, tensors))
     with gm.graph.inserting_before(node):
@@ -114,19 +125,23 @@ def _decompose(gm: GraphModule, node: Node) -> None:
             env[n] = new
     node.replace_all_uses_with(result)
     gm.graph.erase_node(node)
+    return True
 
 
 def decompose_unannotated_composites(gm: GraphModule) -> int:
-    """Decompose every float node whose op upstream does not annotate and PyTorch's core ATen
-    table decomposes, until none is left; returns how many were decomposed."""
-    done = 0
+    """Decompose every float node whose op upstream does not annotate, which PyTorch's core ATen
+    table writes in ops upstream does annotate (``addcmul`` as ``mul`` and ``add``), until none
+    is left; returns how many were decomposed."""
+    done, kept = 0, set()
     for _ in range(_MAX_ROUNDS):
-        found = [n for n in gm.graph.nodes if _decomposable(n)]
+        found = [n for n in gm.graph.nodes if n not in kept and _decomposable(n)]
         if not found:
             break
         for node in found:
-            _decompose(gm, node)
-        done += len(found)
+            if _decompose(gm, node):
+                done += 1
+            else:
+                kept.add(node)
     if done:
         gm.graph.lint()
         gm.recompile()
