@@ -88,3 +88,44 @@ class CrossCheckedMethod:
                     f"elements differ, max {diff.max().item()} {describe}"
                 )
         return got
+
+
+def zoo_case_on_u85_model(model_spec: str, target: str, verify_npu: bool = True) -> str:
+    """A model compiled for a U85 size (verified compile on unless ``verify_npu=False``), run on
+    the U85 model by default and cross-checked against the TOSA reference model on its two
+    calibration batches: one line saying so, or an ``AssertionError`` carrying that line and the
+    difference (or what the model does not run)."""
+    import time
+
+    from ethosu_ng import EthosUNGCompileSpec
+    from ethosu_ng import runtime as rt
+    from ethosu_ng.export import lower, quantize
+    from ethosu_ng.tools.model_source import load_model
+
+    t0 = time.time()
+    m = load_model(model_spec)
+    g = torch.Generator().manual_seed(1)
+    calib = [tuple(torch.randn(t.shape, generator=g) for t in m.example_inputs) for _ in range(2)]
+    spec = EthosUNGCompileSpec(target, embed_tosa=True, verify_npu=verify_npu)
+    q = quantize(m.model, m.example_inputs, spec, calibration=calib)
+    edge, part = lower(q, m.example_inputs, spec)
+    pte = edge.to_executorch().buffer
+    moved = dict(part.report.compiler_fallback)
+    line = (
+        f"ZOO-U85 {model_spec} {target}: partitions {len(part.report.partitions)}, "
+        f"moved {sorted(moved)}, default npu {rt.default_npu_for(pte)}, "
+        f"compile {time.time() - t0:.0f} s"
+    )
+    unsupported = rt.model_unsupported(pte)
+    assert unsupported is None, f"{line}; not run on the model: {unsupported}"
+    method = CrossCheckedMethod(pte, target)
+    assert method.runs_npu_model, line
+    t1 = time.time()
+    try:
+        for k, batch in enumerate(calib):
+            method.execute(list(batch), f"{model_spec} {target} batch {k}")
+    except AssertionError as e:
+        raise AssertionError(f"{line}; DIFFERS: {str(e)[:300]}") from None
+    for why in moved.values():
+        assert why.startswith("verified compile:"), f"{line}; {moved}"
+    return f"{line}; bit-exact on 2 batches ({(time.time() - t1) / 2:.1f} s per batch, both paths)"

@@ -604,41 +604,8 @@ def test_u85_zoo_ships_bit_exact_on_the_model(model_spec, target):
     (verified compile on) runs on the U85 model by default, bit-exact to the TOSA reference
     model on two input batches. Prints one line per case (docs/reliability.md keeps the
     figures)."""
-    import time
-
+    from _pte import zoo_case_on_u85_model
     from _tools import require_tool
 
     require_tool("timm", module=True, install="pip install -e .[zoo]")
-    from ethosu_ng.tools.model_source import load_model
-
-    t0 = time.time()
-    m = load_model(model_spec)
-    g = torch.Generator().manual_seed(1)
-    calib = [tuple(torch.randn(t.shape, generator=g) for t in m.example_inputs) for _ in range(2)]
-    spec = EthosUNGCompileSpec(target, embed_tosa=True)
-    q = quantize(m.model, m.example_inputs, spec, calibration=calib)
-    edge, part = lower(q, m.example_inputs, spec)
-    pte = edge.to_executorch().buffer
-    compile_s = time.time() - t0
-    unsupported = rt.model_unsupported(pte)
-    moved = dict(part.report.compiler_fallback)
-    line = (
-        f"ZOO-U85 {model_spec} {target}: partitions {len(part.report.partitions)}, "
-        f"moved {sorted(moved)}, default npu {rt.default_npu_for(pte)}, "
-        f"compile {compile_s:.0f} s"
-    )
-    if unsupported is not None:
-        print(f"{line}; not run on the model: {unsupported}")
-    assert unsupported is None, unsupported
-    method = CrossCheckedMethod(pte, target)
-    assert method.runs_npu_model
-    t1 = time.time()
-    try:
-        for k, batch in enumerate(calib):
-            method.execute(list(batch), f"{model_spec} {target} batch {k}")
-    except AssertionError as e:
-        print(f"{line}; DIFFERS: {str(e)[:300]}")
-        raise
-    print(f"{line}; bit-exact on 2 batches ({(time.time() - t1) / 2:.1f} s per batch, both paths)")
-    for why in moved.values():
-        assert why.startswith("verified compile:"), moved
+    print(zoo_case_on_u85_model(model_spec, target))
