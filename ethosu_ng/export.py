@@ -8,6 +8,7 @@ from typing import Iterable, Mapping, Optional, Sequence, Tuple
 
 import torch
 from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
+from torchao.quantization.pt2e.observer import _is_activation_post_process
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from ethosu_ng.adapters import arm as upstream
@@ -108,11 +109,7 @@ def _first_non_finite(gm: torch.fx.GraphModule, batch):
 
     class Finder(torch.fx.Interpreter):
         def call_module(self, target, args, kwargs):
-            module = self.fetch_attr(target)
-            if (
-                "observer" in type(module).__name__.lower()
-                or "fakequant" in type(module).__name__.lower()
-            ):
+            if _is_activation_post_process(self.fetch_attr(target)):
                 return args[0]
             return super().call_module(target, args, kwargs)
 

@@ -14,7 +14,6 @@ the entry/exit.
 from __future__ import annotations
 
 import dataclasses
-import operator
 from typing import Mapping, Optional, Union
 
 import torch
@@ -25,6 +24,7 @@ from ethosu_ng.annotation_composites import decompose_unannotated_composites
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.passes.avg_pool_divisor_as_conv import AvgPoolDivisorAsConvPass
 from ethosu_ng.passes.integer_program_io import IO_META_KEY
+from ethosu_ng.passes.loop_carried_grid import share_loop_carried_qparams
 
 _INPUT_DTYPES = (None, torch.int8, torch.uint8, torch.int16)
 _OUTPUT_DTYPES = (None, torch.int8, torch.uint8, torch.int16)
@@ -164,7 +164,7 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
         _check_module_names(model, [k for k in self.module_dtypes if isinstance(k, str)])
         model = super().annotate(model)
         _grouped_conv_transpose_per_tensor(model)
-        _share_loop_carried_qparams(model)
+        share_loop_carried_qparams(model)
         if self.input_dtype is not None or self.output_dtype is not None:
             request = {
                 "input": None
@@ -209,41 +209,6 @@ def _grouped_conv_transpose_per_tensor(model: torch.fx.GraphModule) -> None:
             qspecs[bias] = dataclasses.replace(
                 qspecs[bias], qscheme=torch.per_tensor_symmetric, ch_axis=None
             )
-
-
-def _share_loop_carried_qparams(model: torch.fx.GraphModule) -> None:
-    """One set of qparams for every value a ``while_loop`` carries, at its entry and its exit.
-
-    Upstream's lowering reads all of a loop's carried values with one set of qparams
-    (``InsertRescaleInt32Pass``: "one set of qparams for a list of inputs"), as upstream
-    annotates a loop without additional inputs. With additional inputs, which upstream's
-    normalization appends to the carried ones, upstream's annotation gives each input its own
-    observer and the result none, and the TOSA graph then reads them all on the first one's grid:
-    a loop that doubles a value until its sum reaches a threshold buffer read the threshold 16x
-    too small and stopped before its first doubling. Here they share the first value's qparams
-    as without additional inputs, so the TOSA graph computes what the quantized model does; the
-    shared grid spans every carried value, the additional ones included."""
-    from torchao.quantization.pt2e.quantizer import (
-        QuantizationAnnotation,
-        SharedQuantizationSpec,
-    )
-
-    for node in model.graph.nodes:
-        extra = node.meta.get("additional_inputs") if node.op == "call_function" else None
-        annotation = node.meta.get("quantization_annotation")
-        if node.target != torch.ops.higher_order.while_loop or not extra or annotation is None:
-            continue
-        carried = list(node.args[2])
-        if not carried or any(a not in annotation.input_qspec_map for a in carried):
-            continue
-        shared = SharedQuantizationSpec((carried[0], node))
-        for a in carried[1:]:
-            annotation.input_qspec_map[a] = shared
-        for user in node.users:
-            if user.target is operator.getitem and "quantization_annotation" not in user.meta:
-                user.meta["quantization_annotation"] = QuantizationAnnotation(
-                    output_qspec=shared, _annotated=True
-                )
 
 
 def _key_name(key: ModuleKey) -> str:

@@ -11,10 +11,14 @@ of 4/255 read on a carried grid of 7.1/255 became 7.1, and the loop ran on until
 The eager quantized model has no such step: its body output is dequantized, and the next
 iteration quantizes it on the body's input grid. Quantizing every body result on the carried
 grid before it returns (``Q -> DQ``, a RESCALE in TOSA) gives the eager model the step the
-hardware takes, and gives the lowering a result already on the grid it reads.
+hardware takes, and gives the lowering a result already on the grid it reads. The entry and
+the exit share that grid by annotation (``share_loop_carried_qparams``, which
+``EthosUNGQuantizer`` runs).
 """
 
 from __future__ import annotations
+
+import operator
 
 import torch
 from torch.fx import GraphModule, Node
@@ -55,3 +59,38 @@ def requantize_loop_results(gm: GraphModule) -> int:
     if inserted:
         gm.recompile()
     return inserted
+
+
+def share_loop_carried_qparams(model: torch.fx.GraphModule) -> None:
+    """One set of qparams for every value a ``while_loop`` carries, at its entry and its exit.
+
+    Upstream's lowering reads all of a loop's carried values with one set of qparams
+    (``InsertRescaleInt32Pass``: "one set of qparams for a list of inputs"), as upstream
+    annotates a loop without additional inputs. With additional inputs, which upstream's
+    normalization appends to the carried ones, upstream's annotation gives each input its own
+    observer and the result none, and the TOSA graph then reads them all on the first one's grid:
+    a loop that doubles a value until its sum reaches a threshold buffer read the threshold 16x
+    too small and stopped before its first doubling. Here they share the first value's qparams
+    as without additional inputs, so the TOSA graph computes what the quantized model does; the
+    shared grid spans every carried value, the additional ones included."""
+    from torchao.quantization.pt2e.quantizer import (
+        QuantizationAnnotation,
+        SharedQuantizationSpec,
+    )
+
+    for node in model.graph.nodes:
+        extra = node.meta.get("additional_inputs") if node.op == "call_function" else None
+        annotation = node.meta.get("quantization_annotation")
+        if node.target != torch.ops.higher_order.while_loop or not extra or annotation is None:
+            continue
+        carried = list(node.args[2])
+        if not carried or any(a not in annotation.input_qspec_map for a in carried):
+            continue
+        shared = SharedQuantizationSpec((carried[0], node))
+        for a in carried[1:]:
+            annotation.input_qspec_map[a] = shared
+        for user in node.users:
+            if user.target is operator.getitem and "quantization_annotation" not in user.meta:
+                user.meta["quantization_annotation"] = QuantizationAnnotation(
+                    output_qspec=shared, _annotated=True
+                )
