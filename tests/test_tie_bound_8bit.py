@@ -224,6 +224,16 @@ def test_an_element_beyond_its_tie_bound_is_a_deviation(bound):
         _verify(off, bound)
 
 
+@pytest.mark.parametrize("seen", [[-1, 3], [3, -1], [2, -1, 5], [0, 4, 1]])
+def test_a_partition_without_a_bound_keeps_minus_one(seen):
+    """The verdict's bound over outputs and samples: -1 (an op without a rule) is never
+    overwritten by a later output's bound, else the largest."""
+    verdict = 0
+    for b in seen:
+        verdict = verify_lowering.worst_bound(verdict, b)
+    assert verdict == (-1 if -1 in seen else max(seen))
+
+
 @pytest.mark.slow
 def test_swin_attention_logits_verify_on_ethos_u85():
     """swin_tiny's stage-3 entry (patch merging, norm1, the window's ``q * scale @ k^T``) fed

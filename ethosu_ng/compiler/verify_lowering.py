@@ -250,6 +250,11 @@ def loop_ends(gm, inputs: Sequence[TensorSpec]) -> Callable[[List[np.ndarray]], 
     return ends
 
 
+def worst_bound(current: int, new: int) -> int:
+    """The verdict's tie bound after one more output: -1 (an op the bound does not model) stays."""
+    return -1 if current == -1 or new == -1 else max(current, new)
+
+
 def _npu(t: torch.Tensor, spec: TensorSpec) -> np.ndarray:
     """An integer reading of an output, saturated to its dtype, flat in the NPU's layout."""
     lo, hi = _int_range(spec.dtype)
@@ -347,7 +352,7 @@ def verify(
                     reach = torch.ceil(hardware.tie_bounds[j].expand(saturated.shape))
                     reach = logical_to_npu(reach.clamp(max=1 << 20).to(torch.int64), s)
                     reach = reach.reshape(-1)
-                    verdict.hardware_tie_bound = max(verdict.hardware_tie_bound, int(reach.max()))
+                    verdict.hardware_tie_bound = worst_bound(verdict.hardware_tie_bound, int(reach.max()))
                     right = np.abs(got - _npu(saturated, s)) <= step + reach
             tol = step + amplified
             verdict.max_lsb = max(verdict.max_lsb, int(d.max()))
@@ -360,7 +365,7 @@ def verify(
                 else:
                     reach = torch.ceil(sample_bounds[j]).clamp(max=1 << 20).to(torch.int64)
                     reach = logical_to_npu(reach, s).astype(np.int64).reshape(-1)
-                    verdict.tie_bound = max(verdict.tie_bound, int(reach[over].max()))
+                    verdict.tie_bound = worst_bound(verdict.tie_bound, int(reach[over].max()))
                     over = over[d[over] > step + reach[over]]
                     tol = np.maximum(tol, step + reach)
             if over.size:
