@@ -23,6 +23,7 @@ from ethosu_ng.annotation_aliases import canonicalize_aliases
 from ethosu_ng.annotation_composites import decompose_unannotated_composites
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.passes.avg_pool_divisor_as_conv import AvgPoolDivisorAsConvPass
+from ethosu_ng.passes.fold_input_independent import fold_input_independent
 from ethosu_ng.passes.integer_program_io import IO_META_KEY
 from ethosu_ng.passes.loop_carried_grid import share_loop_carried_qparams
 
@@ -147,6 +148,9 @@ class EthosUNGQuantizer(upstream.EthosUQuantizer):
                 self.set_node_finder(io_config, finder)
 
     def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        # Values computed without the inputs (positional encodings, masks) would be quantized
+        # and computed on every inference, and some do not lower.
+        fold_input_independent(model)
         # Before upstream's avg_pool2d decomposition, whose pool + multiply rounds twice.
         model = AvgPoolDivisorAsConvPass()(model)
         model = super().transform_for_annotation(model)
