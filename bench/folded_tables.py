@@ -48,6 +48,37 @@ def models(specs):
         yield spec, m, (1, 3, int(size), int(size))
 
 
+def measure(model, shape, args):
+    """SQNR computed and folded, values folded, seconds to quantize with the fold."""
+
+    def batch(seed):
+        return (torch.randn(shape, generator=torch.Generator().manual_seed(seed)),)
+
+    calibration = [batch(k) for k in range(1, 1 + args.calibration)]
+    test = [batch(1000 + k) for k in range(args.test)]
+    with torch.no_grad():
+        want = torch.cat([model(*b) for b in test])
+    fold = quantizer.fold_input_independent
+    counted = []
+
+    def counting(gm):
+        counted.append(fold(gm))
+        return counted[-1]
+
+    row = {}
+    try:
+        for on in (False, True):
+            quantizer.fold_input_independent = counting if on else (lambda gm: 0)
+            t0 = time.time()
+            q = quantize(model, batch(0), EthosUNGCompileSpec(args.target), calibration=calibration)
+            seconds = time.time() - t0
+            with torch.no_grad():
+                row[on] = sqnr(want, torch.cat([q(*b) for b in test]))
+    finally:
+        quantizer.fold_input_independent = fold
+    return row[False], row[True], sum(counted), seconds
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*")
@@ -55,34 +86,11 @@ def main() -> None:
     ap.add_argument("--calibration", type=int, default=8)
     ap.add_argument("--test", type=int, default=8)
     args = ap.parse_args()
-    fold = quantizer.fold_input_independent
     print("| model | folded values | SQNR computed dB | SQNR folded dB | quantize s (folded) |")
     print("|---|---|---|---|---|")
     for spec, model, shape in models(args.models):
-
-        def batch(seed):
-            return (torch.randn(shape, generator=torch.Generator().manual_seed(seed)),)
-
-        calibration = [batch(k) for k in range(1, 1 + args.calibration)]
-        test = [batch(1000 + k) for k in range(args.test)]
-        with torch.no_grad():
-            want = torch.cat([model(*b) for b in test])
-        row = {}
-        counted = []
-        for on in (False, True):
-            quantizer.fold_input_independent = (
-                (lambda gm: counted.append(fold(gm)) or counted[-1]) if on else (lambda gm: 0)
-            )
-            t0 = time.time()
-            q = quantize(model, batch(0), EthosUNGCompileSpec(args.target), calibration=calibration)
-            seconds = time.time() - t0
-            with torch.no_grad():
-                row[on] = sqnr(want, torch.cat([q(*b) for b in test]))
-        quantizer.fold_input_independent = fold
-        print(
-            f"| {spec} | {sum(counted)} | {row[False]:.1f} | {row[True]:.1f} | {seconds:.1f} |",
-            flush=True,
-        )
+        computed, folded, count, seconds = measure(model, shape, args)
+        print(f"| {spec} | {count} | {computed:.1f} | {folded:.1f} | {seconds:.1f} |", flush=True)
 
 
 if __name__ == "__main__":
