@@ -28,6 +28,14 @@ from torch.utils import _pytree as pytree
 MAX_FOLDED_ELEMENTS = 1 << 20
 
 
+_EVAL_DROPOUT = (
+    torch.ops.aten.dropout.default,
+    torch.ops.aten.feature_dropout.default,
+    torch.ops.aten.alpha_dropout.default,
+    torch.ops.aten.feature_alpha_dropout.default,
+)
+
+
 def _mutates(node: Node) -> bool:
     return isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
 
@@ -40,6 +48,8 @@ def _foldable(node: Node) -> bool:
         return False
     if target.namespace in ("quantized_decomposed", "pt2e_quant", "torchao"):
         return False
+    if target in _EVAL_DROPOUT:  # seeded only when training: identity in eval
+        return node.args[2] is False if len(node.args) > 2 else node.kwargs.get("train") is False
     return torch.Tag.nondeterministic_seeded not in target.tags
 
 
@@ -130,6 +140,10 @@ def fold_input_independent(gm: GraphModule) -> int:
             if node.target is torch.ops.aten._assert_tensor_metadata.default and all(
                 i in constant for i in _tensor_inputs(node)
             ):
+                gm.graph.erase_node(node)
+        # FX keeps a dead eval-mode dropout (its op is seeded); the folded cone is pure.
+        for node in reversed(list(gm.graph.nodes)):
+            if node in constant and node.op == "call_function" and not node.users:
                 gm.graph.erase_node(node)
         gm.graph.eliminate_dead_code()
         gm.graph.lint()
