@@ -119,6 +119,16 @@ def _tokens(tokens: int, dim: int, seed: int) -> torch.Tensor:
     return torch.randn(1, tokens, dim, generator=torch.Generator().manual_seed(seed))
 
 
+# A drawn block: its kind, consumer, tokens and a quarter of its width (EdgeNeXt's encoding
+# interleaves sin and cos over half the width).
+CASES = dict(
+    kind=st.sampled_from(KINDS),
+    consumer=st.sampled_from(CONSUMERS),
+    tokens=st.integers(2, 12),
+    quarter_dim=st.integers(1, 4),
+)
+
+
 def _exported(kind, consumer, tokens, dim, seed=0):
     torch.manual_seed(seed)
     model = Block(kind, consumer, tokens, dim).eval()
@@ -127,12 +137,7 @@ def _exported(kind, consumer, tokens, dim, seed=0):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    kind=st.sampled_from(KINDS),
-    consumer=st.sampled_from(CONSUMERS),
-    tokens=st.integers(2, 12),
-    quarter_dim=st.integers(1, 4),
-)
+@given(**CASES)
 def test_folding_keeps_the_float_model_and_leaves_nothing_input_independent(
     kind, consumer, tokens, quarter_dim
 ):
@@ -223,13 +228,7 @@ def test_a_folded_encoding_is_one_partition_within_1_lsb(target):
 
 @pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    kind=st.sampled_from(KINDS),
-    consumer=st.sampled_from(CONSUMERS),
-    tokens=st.integers(2, 12),
-    quarter_dim=st.integers(1, 4),
-    target=st.sampled_from(["ethos-u55-128", "ethos-u65-256", "ethos-u85-256"]),
-)
+@given(**CASES, target=st.sampled_from(["ethos-u55-128", "ethos-u65-256", "ethos-u85-256"]))
 def test_every_kind_and_consumer_is_one_partition_within_1_lsb(
     kind, consumer, tokens, quarter_dim, target
 ):
