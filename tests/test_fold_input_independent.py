@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 import torch.nn as nn
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ethosu_ng import EthosUNGCompileSpec, io_quantization
@@ -232,6 +232,8 @@ def test_a_folded_encoding_is_one_partition_within_1_lsb(target):
 def test_every_kind_and_consumer_is_one_partition_within_1_lsb(
     kind, consumer, tokens, quarter_dim, target
 ):
+    # The U55/U65 profile has no bool: a masked_fill's where stays on the CPU, folded or not.
+    assume(consumer != "masked_fill" or target == "ethos-u85-256")
     _one_partition_within_1_lsb(kind, consumer, tokens, 4 * quarter_dim, target)
 
 
