@@ -352,7 +352,9 @@ def verify(
                     reach = torch.ceil(hardware.tie_bounds[j].expand(saturated.shape))
                     reach = logical_to_npu(reach.clamp(max=1 << 20).to(torch.int64), s)
                     reach = reach.reshape(-1)
-                    verdict.hardware_tie_bound = worst_bound(verdict.hardware_tie_bound, int(reach.max()))
+                    verdict.hardware_tie_bound = worst_bound(
+                        verdict.hardware_tie_bound, int(reach.max())
+                    )
                     right = np.abs(got - _npu(saturated, s)) <= step + reach
             tol = step + amplified
             verdict.max_lsb = max(verdict.max_lsb, int(d.max()))
