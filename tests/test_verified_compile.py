@@ -327,7 +327,8 @@ def test_vela_linear_over_a_reshaped_ifm_is_caught():
 
 
 class ReduceThenLookup(nn.Module):
-    """A reduction over a non-last axis with ``keepdim``, then an op TOSA writes as a TABLE."""
+    """A reduction over a non-last axis with ``keepdim``, then an activation Vela fuses into it
+    (a TABLE, a CLAMP)."""
 
     def __init__(self, reduce: str, dim: int, lookup: str):
         super().__init__()
@@ -340,16 +341,19 @@ class ReduceThenLookup(nn.Module):
 
 @pytest.mark.parametrize(
     "reduce, dim, lookup",
-    [("sum", 2, "reciprocal"), ("sum", 1, "exp"), ("amax", 2, "reciprocal")],
+    [("sum", 2, "reciprocal"), ("sum", 1, "exp"), ("amax", 2, "reciprocal"), ("amax", 2, "relu")],
 )
-def test_vela_lookup_fused_into_a_reduction_over_its_reshaped_ofm_is_caught(reduce, dim, lookup):
-    """Vela 5.1.0 on ethos-u55-128: TOSA's REDUCE (a 1x1 CONV or POOL over the transposed IFM)
-    -> RESHAPE (keepdim) -> TABLE. Vela fuses the TABLE into the reduction and gives the fused
-    kernel the reshaped OFM's shape: for (2, 4, 3, 8) summed over dim 2, an OFM of depth 8 over an
-    IFM of depth 3 with one output channel of ones, so only channel 0 is right (the log_softmax
-    deviation of upstream's op tests at perturbed shapes, docs/upstream-op-tests.md). The verified
-    compile moves the lookup to the CPU. Vela 5.2.0 keeps the TABLE a kernel of its own and
-    compiles it right: nothing moves. Either way what ships runs bit-exact."""
+def test_vela_activation_fused_into_a_reduction_over_its_reshaped_ofm_is_caught(
+    reduce, dim, lookup
+):
+    """Vela 5.1.0 on ethos-u55-128: TOSA's REDUCE_SUM/REDUCE_MAX over a non-channel axis, then a
+    TABLE or CLAMP. Vela lowers the reduction as a transpose, a kernel over channels and a
+    reshape back, fuses the activation into that kernel and gives it the reshaped OFM's shape: for
+    (2, 4, 3, 8) summed over dim 2, an OFM of depth 8 over an IFM of depth 3 with one output
+    channel of ones, so only channel 0 is right (the log_softmax deviation of upstream's op tests
+    at perturbed shapes, docs/upstream-op-tests.md). The verified compile moves the activation to
+    the CPU. Vela 5.2.0 keeps the activation a kernel of its own and compiles it right: nothing
+    moves. Either way what ships runs bit-exact."""
     torch.manual_seed(0)
     x = (torch.rand(2, 4, 3, 8),)
     spec = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True)
