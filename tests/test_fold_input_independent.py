@@ -195,12 +195,40 @@ def test_state_the_graph_writes_is_not_folded():
         assert torch.equal(gm(xi), eager(xi))
 
 
+class DeepTable(nn.Module):
+    """A table built by a chain of 1,500 ops (an unrolled recurrence), added to the input."""
+
+    def forward(self, x):
+        t = torch.arange(4.0)
+        for _ in range(1500):
+            t = t * 1.0001 + 0.001
+        return x + t
+
+
+def test_a_deep_cone_folds():
+    """Evaluation walks the graph, not a recursion as deep as the cone."""
+    x = torch.randn(2, 4)
+    gm = torch.export.export(DeepTable(), (x,)).module(check_guards=False)
+    want = DeepTable()(x)
+    assert fold_input_independent(gm) == 1
+    assert len([n for n in gm.graph.nodes if n.op == "call_function"]) == 1
+    assert torch.equal(gm(x), want)
+
+
 def test_a_value_above_the_size_limit_is_not_folded(monkeypatch):
+    """The (1, 8, 8) table is not folded under a 63-element limit, only its smaller parts; no
+    folded constant is above the limit, and the float model is unchanged."""
     model, x, gm = _exported("sincos", "add", 8, 8)
+    want = model(*x)
     monkeypatch.setattr(fold_module, "MAX_FOLDED_ELEMENTS", 8 * 8 - 1)
-    assert fold_input_independent(gm) == 0
+    assert fold_input_independent(gm) >= 1
+    folded = [b for n, b in gm.named_buffers() if n.startswith("_folded")]
+    assert folded and all(b.numel() <= 8 * 8 - 1 for b in folded)
+    assert torch.equal(gm(*x), want)
+    model, x, gm = _exported("sincos", "add", 8, 8)
     monkeypatch.setattr(fold_module, "MAX_FOLDED_ELEMENTS", 8 * 8)
     assert fold_input_independent(gm) == 1
+    assert [tuple(b.shape) for n, b in gm.named_buffers() if n.startswith("_folded")] == [(1, 8, 8)]
 
 
 def _one_partition_within_1_lsb(kind, consumer, tokens, dim, target):

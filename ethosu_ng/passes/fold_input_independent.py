@@ -13,7 +13,8 @@ ancestors, computed by deterministic functional ops, that an input-dependent op 
 folded: a constructor alone (``full``, ``arange``: a node is as cheap as its constant, and
 upstream's lowering folds it), a value read only by the graph's output, quantize/dequantize ops
 already in the graph, and a value of more than ``MAX_FOLDED_ELEMENTS`` elements (its constant
-would cost flash out of proportion to the ops it saves).
+would cost flash out of proportion to the ops it saves; no value of a folded cone is larger
+either, which bounds the work and memory of folding).
 """
 
 from __future__ import annotations
@@ -79,6 +80,14 @@ def _attr(gm: GraphModule, target: str):
     return value
 
 
+def _small(node: Node) -> bool:
+    """At most ``MAX_FOLDED_ELEMENTS`` elements (as export traced it): folding evaluates every
+    value of a cone, so none may be large."""
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    return all(not isinstance(v, torch.Tensor) or v.numel() <= MAX_FOLDED_ELEMENTS for v in vals)
+
+
 def _tensor_inputs(node: Node):
     return [a for a in pytree.arg_tree_leaves(*node.args, **node.kwargs) if isinstance(a, Node)]
 
@@ -94,7 +103,7 @@ def fold_input_independent(gm: GraphModule) -> int:
             if node.target not in written and isinstance(_attr(gm, node.target), torch.Tensor):
                 constant.add(node)
                 computes[node] = False
-        elif node.op == "call_function" and _foldable(node):
+        elif node.op == "call_function" and _foldable(node) and _small(node):
             inputs = _tensor_inputs(node)
             if all(i in constant for i in inputs):
                 constant.add(node)
@@ -109,21 +118,27 @@ def fold_input_independent(gm: GraphModule) -> int:
     ]
     if not frontier:
         return 0
+    # The cones the frontier needs, evaluated in graph order (no recursion: a cone may be deep).
+    needed: Set[Node] = set()
+    stack = list(frontier)
+    while stack:
+        n = stack.pop()
+        if n not in needed:
+            needed.add(n)
+            stack.extend(_tensor_inputs(n))
     values: Dict[Node, object] = {}
-
-    def value(n: Node):
-        if n not in values:
+    folded = 0
+    with torch.no_grad(), torch.utils._python_dispatch._disable_current_modes():
+        for n in gm.graph.nodes:
+            if n not in needed:
+                continue
             if n.op == "get_attr":
                 values[n] = _attr(gm, n.target)
             else:
-                args, kwargs = pytree.tree_map_only(Node, value, (n.args, n.kwargs))
+                args, kwargs = pytree.tree_map_only(Node, values.__getitem__, (n.args, n.kwargs))
                 values[n] = n.target(*args, **kwargs)
-        return values[n]
-
-    folded = 0
-    with torch.no_grad(), torch.utils._python_dispatch._disable_current_modes():
         for node in frontier:
-            result = value(node)
+            result = values[node]
             if not isinstance(result, torch.Tensor) or result.numel() > MAX_FOLDED_ELEMENTS:
                 continue
             name = f"_folded_{node.name}"
