@@ -8,8 +8,12 @@ to ``nn.Module``s (``module_profile``), the NPU cycles each candidate module cos
 It then measures each candidate's SQNR gain when it alone is int16 (one quantization each, no
 lowering), and adds candidates in order of gain per extra cycle while the estimated cycles stay
 within ``cycle_budget`` times the all-int8 cycles, re-measuring the SQNR of the set after each
-addition, until the set reaches ``gain_share`` of the all-int16 gain. The chosen set is lowered
-once more to report its real cycles. The table it decided from and the choice are returned (and
+addition, until the set reaches ``gain_share`` of the all-int16 gain. Where that falls short
+(a transformer's blocks gain only together: each alone in an int8 model gains next to nothing),
+it also measures what each candidate loses when it alone goes back to int8 in the all-candidates
+int16 model, and removes candidates from that end by least loss per cycle saved until the budget
+holds (``choose_down``); the better of the two choices is kept. The chosen set is lowered once
+more to report its real cycles. The table it decided from and the choice are returned (and
 written to the report by the CLI's ``--precision auto``), so a user can keep the choice as
 ``EthosUNGQuantizer(spec, module_dtypes=advice.module_dtypes)``.
 """
@@ -38,6 +42,8 @@ class ModuleRow:
     int8_cycles: float
     int16_cycles: float
     chosen: bool = False
+    # the candidates int16 but this one, under all candidates int16 (None: not measured)
+    sqnr_loss_db: Optional[float] = None
 
     @property
     def extra_cycles(self) -> float:
@@ -56,6 +62,7 @@ class PrecisionAdvice:
     cycle_budget: float
     depth: int
     rows: List[ModuleRow] = field(default_factory=list)
+    strategy: str = "up"  # "up": added to int8; "down": taken out of int16
 
     @property
     def module_dtypes(self) -> Dict[str, torch.dtype]:
@@ -78,11 +85,14 @@ class PrecisionAdvice:
             f"({self.chosen_cycles / max(self.int8_cycles, 1):.2f}x int8; goal "
             f"{self.gain_share:.0%} of the gain within {self.cycle_budget:.2f}x: "
             f"{'reached' if self.reached else 'not reached'})",
-            f"{'module':<32} {'gain dB':>8} {'int8 cycles':>12} {'int16 cycles':>12}  int16",
+            f"chosen {'up from int8' if self.strategy == 'up' else 'down from int16'}",
+            f"{'module':<32} {'gain dB':>8} {'loss dB':>8} {'int8 cycles':>12} "
+            f"{'int16 cycles':>12}  int16",
         ]
         for r in sorted(self.rows, key=lambda r: -r.sqnr_gain_db):
+            loss = "-" if r.sqnr_loss_db is None else f"{r.sqnr_loss_db:.2f}"
             lines.append(
-                f"{r.module:<32} {r.sqnr_gain_db:>8.2f} {r.int8_cycles:>12,.0f} "
+                f"{r.module:<32} {r.sqnr_gain_db:>8.2f} {loss:>8} {r.int8_cycles:>12,.0f} "
                 f"{r.int16_cycles:>12,.0f}  {'yes' if r.chosen else '-'}"
             )
         return "\n".join(lines)
@@ -184,6 +194,51 @@ def choose(
     return sqnr, cycles
 
 
+def choose_down(
+    rows: List[ModuleRow],
+    int8_sqnr: float,
+    int8_cycles: float,
+    cycle_budget: float,
+    measure_set,
+    lower_set,
+    say=lambda line: None,
+) -> Tuple[float, float]:
+    """Mark the chosen ``rows`` and return (their SQNR, their real cycles), from the other end.
+
+    Every candidate starts int16; while the estimate (int8 cycles plus each chosen module's
+    extra) is over budget, the chosen module with the least loss (``sqnr_loss_db``: SQNR lost
+    when it alone goes back to int8) per cycle it saves leaves. Gains a transformer's blocks give
+    only together (each alone in an int8 model gains nothing: the int8 rest keeps the error)
+    show here. The set is then lowered and shrunk the same way while its real cycles are over.
+    """
+    budget = cycle_budget * int8_cycles
+
+    def cost(r: ModuleRow) -> float:
+        return max(r.sqnr_loss_db or 0.0, 0.0) / max(r.extra_cycles, 1.0)
+
+    for r in rows:
+        r.chosen = r.sqnr_loss_db is not None
+    estimate = int8_cycles + sum(max(r.extra_cycles, 0.0) for r in rows if r.chosen)
+
+    def drop_cheapest() -> ModuleRow:
+        r = min((r for r in rows if r.chosen and r.extra_cycles > 0), key=cost)
+        r.chosen = False
+        return r
+
+    while estimate > budget and any(r.chosen and r.extra_cycles > 0 for r in rows):
+        r = drop_cheapest()
+        estimate -= r.extra_cycles
+        say(f"- {r.module}: about {estimate:,.0f} cycles")
+    while True:
+        chosen = [r.module for r in rows if r.chosen]
+        cycles = lower_set(chosen) if chosen else int8_cycles
+        if cycles <= budget or not any(r.chosen and r.extra_cycles > 0 for r in rows):
+            break
+        say(f"- {drop_cheapest().module}: the set took {cycles:,.0f} cycles")
+    chosen = [r.module for r in rows if r.chosen]
+    return (measure_set(chosen) if chosen else int8_sqnr), cycles
+
+
 def advise(
     model: torch.nn.Module,
     example_inputs: Tuple[torch.Tensor, ...],
@@ -267,6 +322,23 @@ def advise(
     chosen_sqnr, chosen_cycles = choose(
         rows, s8, s16, total8, gain_share, cycle_budget, measure_set, lower_set, say
     )
+    strategy = "up"
+    if chosen_sqnr - s8 < gain_share * (s16 - s8):
+        # Not reached from int8: measure what each candidate is worth among the others in
+        # int16, and choose from that end too; the better choice within budget is kept.
+        up = [r.chosen for r in rows]
+        s_all = measure_set(names)
+        for r in rows:
+            r.sqnr_loss_db = s_all - measure_set([n for n in names if n != r.module])
+            say(f"{r.module}: {r.sqnr_loss_db:+.2f} dB lost alone in int8")
+        down_sqnr, down_cycles = choose_down(
+            rows, s8, total8, cycle_budget, measure_set, lower_set, say
+        )
+        if down_sqnr > chosen_sqnr and down_cycles <= cycle_budget * total8:
+            chosen_sqnr, chosen_cycles, strategy = down_sqnr, down_cycles, "down"
+        else:
+            for r, was in zip(rows, up):
+                r.chosen = was
     return PrecisionAdvice(
         s8,
         s16,
@@ -278,4 +350,5 @@ def advise(
         cycle_budget,
         depth,
         rows,
+        strategy,
     )

@@ -10,7 +10,7 @@ from torch import nn
 
 from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng.export import quantize
-from ethosu_ng.precision import ModuleRow, advise, choose
+from ethosu_ng.precision import ModuleRow, PrecisionAdvice, advise, choose, choose_down
 
 
 class Mixer(nn.Module):
@@ -96,6 +96,66 @@ def test_choice_stops_once_the_goal_is_reached():
     measure_set, lower_set, measured, _ = _fake(0)
     choose(rows, 10.0, 13.0, 500, 0.9, 1.25, measure_set, lower_set)  # goal: 2.7 dB
     assert [r.module for r in rows if r.chosen] == ["a"] and measured == [["a"]]
+
+
+def _blocks():
+    """A transformer's measurement: three blocks that gain next to nothing (or lose) alone from
+    int8 but lose 9-11 dB each alone back in int8 from int16, and an embedding whose int16
+    costs most and gives nothing (deit_tiny's shape, docs/accuracy.md)."""
+    return [
+        ModuleRow("embed", -0.1, 300, 600, sqnr_loss_db=0.0),
+        ModuleRow("b0", 0.1, 100, 160, sqnr_loss_db=10.0),
+        ModuleRow("b1", -0.05, 100, 160, sqnr_loss_db=9.0),
+        ModuleRow("b2", 0.0, 100, 160, sqnr_loss_db=11.0),
+    ]
+
+
+def _together(border_cycles: float = 0):
+    """SQNR: 6 dB, plus 27 dB only with every block int16 (11 with two of them); cycles: int8
+    plus extras plus a border cost per module."""
+    rows = {r.module: r for r in _blocks()}
+    lowered = []
+
+    def measure_set(chosen):
+        blocks = sum(m.startswith("b") for m in chosen)
+        return 6.0 + {3: 27.0, 2: 11.0}.get(blocks, 0.0)
+
+    def lower_set(chosen):
+        lowered.append(sorted(chosen))
+        return 600 + sum(rows[m].extra_cycles + border_cycles for m in chosen)
+
+    return measure_set, lower_set, lowered
+
+
+def test_choice_from_int16_keeps_the_blocks_and_drops_the_costly_embedding():
+    rows = _blocks()
+    measure_set, lower_set, lowered = _together()
+    # Budget 1.4 x 600 = 840; all int16 is 1,080: the embedding (no loss, 300 cycles) leaves.
+    sqnr, cycles = choose_down(rows, 6.0, 600, 1.4, measure_set, lower_set)
+    assert [r.module for r in rows if r.chosen] == ["b0", "b1", "b2"]
+    assert sqnr == 33.0 and cycles == 780 and lowered == [["b0", "b1", "b2"]]
+    # From int8 the same rows find nothing: one block alone gains 0.1 dB, the others nothing.
+    up = _blocks()
+    up_sqnr, _ = choose(up, 6.0, 33.0, 600, 0.9, 1.4, measure_set, lower_set)
+    assert [r.module for r in up if r.chosen] == ["b0"] and up_sqnr == 6.0
+
+
+def test_choice_from_int16_drops_the_least_loss_per_cycle_until_the_real_cycles_fit():
+    rows = _blocks()
+    measure_set, lower_set, lowered = _together(border_cycles=30)
+    # 780 + 3 x 30 = 870 > 840 real: the block losing least per cycle (b1, 9 dB) leaves.
+    sqnr, cycles = choose_down(rows, 6.0, 600, 1.4, measure_set, lower_set)
+    assert [r.module for r in rows if r.chosen] == ["b0", "b2"]
+    assert cycles == 600 + 2 * 90 and sqnr == 17.0
+    assert lowered == [["b0", "b1", "b2"], ["b0", "b2"]]
+
+
+def test_the_table_says_which_end_the_choice_came_from():
+    rows = _blocks()
+    for r in rows[1:]:
+        r.chosen = True
+    a = PrecisionAdvice(6.0, 33.0, 33.0, 600, 1080, 780, 0.9, 1.4, 1, rows, "down")
+    assert a.reached and "down from int16" in a.table() and "loss dB" in a.table()
 
 
 @pytest.fixture(scope="module")
