@@ -220,22 +220,24 @@ def choose_down(
         r.chosen = r.sqnr_loss_db is not None
     estimate = int8_cycles + sum(max(r.extra_cycles, 0.0) for r in rows if r.chosen)
 
+    def droppable() -> List[ModuleRow]:
+        return [r for r in rows if r.chosen and r.extra_cycles > 0]
+
     def drop_cheapest() -> ModuleRow:
-        r = min((r for r in rows if r.chosen and r.extra_cycles > 0), key=cost)
+        r = min(droppable(), key=cost)
         r.chosen = False
         return r
 
-    while estimate > budget and any(r.chosen and r.extra_cycles > 0 for r in rows):
+    while estimate > budget and droppable():
         r = drop_cheapest()
         estimate -= r.extra_cycles
         say(f"- {r.module}: about {estimate:,.0f} cycles")
     while True:
         chosen = [r.module for r in rows if r.chosen]
         cycles = lower_set(chosen) if chosen else int8_cycles
-        if cycles <= budget or not any(r.chosen and r.extra_cycles > 0 for r in rows):
+        if cycles <= budget or not droppable():
             break
         say(f"- {drop_cheapest().module}: the set took {cycles:,.0f} cycles")
-    chosen = [r.module for r in rows if r.chosen]
     return (measure_set(chosen) if chosen else int8_sqnr), cycles
 
 
