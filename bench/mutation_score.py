@@ -1,0 +1,410 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Mutation score of the core modules: do their tests fail when the code is wrong?
+
+Mutants come from universalmutator (``pip install -e ".[mutation]"``; its ``mutate`` command, the
+rules for Python and C++), one per changed line. A seeded sample of each module's mutants is run,
+one at a time, against that module's tests in a copy of the working tree (the checkout itself is
+never touched): a mutant is *killed* when a test fails or runs past its time limit, *survives*
+when all pass, and is *invalid* when it does not compile (not counted). The score is killed /
+(killed + survived) over the sample. Survivors are printed with their line so they can be read:
+some are equivalent (the same behaviour written differently), the others are missing tests.
+
+    python bench/mutation_score.py [--targets blob.py,blob.cpp,...] [--per-target 20] [--seed 0]
+        [--results bench/results/mutation_score.jsonl] [--work /tmp/ethosu_ng_mutation]
+
+Resumable: every verdict is appended to ``--results`` with the SHA-256 of the source and of its
+tests; a rerun skips what is recorded for both and prints the table for the files as they are
+(a test added since counts only in a new run: the same seed draws the same mutants). A target's
+tests must pass on the unmutated copy first (else it is reported and skipped).
+
+C++ targets are built as the C++ tests build them (ASan + UBSan, tests/test_runtime_ctest.py);
+the extension module the Python tests load is rebuilt from the copy (runtime/source_build.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Runs pytest with ethosu_ng imported from the copy, whatever the install (an editable install's
+# import hook would otherwise send every import to the checkout).
+LAUNCHER = """
+import sys
+tree = sys.argv[1]
+sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("_editable")]
+sys.path.insert(0, tree)
+import ethosu_ng
+assert ethosu_ng.__file__.startswith(tree), ethosu_ng.__file__
+if sys.argv[2] == "--build-host-module":
+    from ethosu_ng.runtime import source_build
+    print(source_build.build_host_module())
+    sys.exit(0)
+import pytest
+sys.exit(pytest.main(sys.argv[2:]))
+"""
+
+
+@dataclass
+class Target:
+    name: str
+    source: str  # path in the tree
+    pytest: List[str] = field(default_factory=list)  # test files, run with -m "not slow"
+    ctest: List[str] = field(default_factory=list)  # C++ test executables (sanitizer build)
+    host_module: bool = False  # a C++ source of the extension module the Python tests load
+
+    def test_files(self) -> List[str]:
+        return self.pytest + [f"runtime/tests/{exe}.cpp" for exe in self.ctest]
+
+    @property
+    def language(self) -> str:
+        return "python" if self.source.endswith(".py") else "cpp"
+
+
+TARGETS: Dict[str, Target] = {
+    t.name: t
+    for t in [
+        Target(
+            "blob.py", "ethosu_ng/blob.py", pytest=["tests/test_blob.py", "tests/test_blob_fuzz.py"]
+        ),
+        Target(
+            "tensor_spec.py",
+            "ethosu_ng/tensor_spec.py",
+            pytest=["tests/test_blob.py", "tests/test_blob_fuzz.py"],
+        ),
+        Target("io_layout.py", "ethosu_ng/io_layout.py", pytest=["tests/test_io_layout.py"]),
+        Target(
+            "integer_program_io.py",
+            "ethosu_ng/passes/integer_program_io.py",
+            pytest=["tests/test_seed004_integer_program_io.py"],
+        ),
+        Target(
+            "boundary.py",
+            "ethosu_ng/partitioning/boundary.py",
+            pytest=[
+                "tests/test_seed000_split_boundary_is_integer.py",
+                "tests/test_seed004_integer_program_io.py",
+            ],
+        ),
+        Target(
+            "delegate_io.py",
+            "ethosu_ng/partitioning/delegate_io.py",
+            pytest=["tests/test_bad_input_is_a_clear_error.py"],
+        ),
+        Target(
+            "blob.cpp",
+            "runtime/ethosu_ng/blob.cpp",
+            pytest=["tests/test_blob_fuzz.py"],
+            ctest=["test_blob"],
+        ),
+        Target("layout_copy.cpp", "runtime/ethosu_ng/layout_copy.cpp", ctest=["test_layout_copy"]),
+        Target(
+            "front_end.cpp",
+            "runtime/ethosu_ng/npu_model/front_end.cpp",
+            pytest=["tests/test_npu_model_registers.py"],
+            ctest=["test_scale_round"],
+            host_module=True,
+        ),
+    ]
+}
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tests_sha(target: Target, tree: Path) -> str:
+    """One digest of the target's test files: a verdict holds for these tests only."""
+    h = hashlib.sha256()
+    for name in target.test_files():
+        h.update(sha256(tree / name).encode())
+    return h.hexdigest()
+
+
+def copy_tree(work: Path) -> Path:
+    """The working tree (tracked and new files, not ignored ones, as on disk) in ``work/tree``."""
+    tree = work / "tree"
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, files):
+        src = REPO / name.decode()
+        if src.is_file():
+            dst = tree / name.decode()
+            if not dst.exists() or dst.read_bytes() != src.read_bytes():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dst)
+    return tree
+
+
+class Runner:
+    def __init__(self, tree: Path, log: Path):
+        self.tree = tree
+        self.log = log
+        self.env = dict(
+            os.environ,
+            OMP_NUM_THREADS="1",
+            ETHOSU_NG_BUILD_DIR=str(tree / "build" / "host"),
+            ETHOSU_NG_SANITIZE_BUILD_DIR=str(tree / "build" / "sanitize"),
+            ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+            UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
+        )
+        self.env.pop("ETHOSU_NG_HOST_MODULE", None)
+        self.configured = False
+
+    def run(self, cmd: Sequence[str], timeout: Optional[float] = None) -> Optional[int]:
+        """Return code, or None when ``timeout`` passed (the process group is killed)."""
+        with open(self.log, "a") as log:
+            log.write(f"\n$ {' '.join(map(str, cmd))}\n")
+            log.flush()
+            proc = subprocess.Popen(
+                list(map(str, cmd)),
+                cwd=self.tree,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            try:
+                return proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+                return None
+
+    def configure(self) -> None:
+        if self.configured:
+            return
+        from ethosu_ng.runtime.source_build import find_cmake
+
+        self.cmake = find_cmake()
+        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+        rc = self.run(
+            [self.cmake, "-S", self.tree, "-B", self.tree / "build" / "sanitize", *gen]
+            + ["-DCMAKE_BUILD_TYPE=Debug", "-DETHOSU_NG_SANITIZE=ON", "-DETHOSU_NG_WERROR=ON"]
+            + ["-DETHOSU_NG_PYTHON_MODULE=ON", f"-DETHOSU_NG_PYTHON={sys.executable}"]
+        )
+        if rc != 0:
+            raise SystemExit(f"configuring the sanitizer build failed: see {self.log}")
+        self.configured = True
+
+    def build(self, target: Target) -> bool:
+        """Build what ``target``'s tests run; False when it does not compile."""
+        if target.ctest:
+            self.configure()
+            build = self.tree / "build" / "sanitize"
+            for exe in target.ctest:
+                if self.run([self.cmake, "--build", build, "--target", exe]) != 0:
+                    return False
+        if target.host_module or target.language == "cpp" and target.pytest:
+            rc = self.run([sys.executable, "-c", LAUNCHER, self.tree, "--build-host-module"])
+            if rc != 0:
+                return False
+        return True
+
+    def test(self, target: Target, timeout: Optional[float]) -> Optional[int]:
+        """0 when every test passes, None on timeout, else the first failing return code."""
+        start = time.monotonic()
+        build = self.tree / "build" / "sanitize"
+        for exe in target.ctest:
+            args = [build / "test_blobs"] if exe == "test_blob" else []
+            rc = self.run([build / exe, *args], timeout=timeout)
+            if rc != 0:
+                return rc
+        if target.pytest:
+            shutil.rmtree(self.tree / ".hypothesis", ignore_errors=True)
+            left = None if timeout is None else max(timeout - (time.monotonic() - start), 1)
+            cmd = [sys.executable, "-c", LAUNCHER, self.tree, "-x", "-q", "-m", "not slow"]
+            cmd += ["-p", "no:cacheprovider", "--hypothesis-seed=0", *target.pytest]
+            return self.run(cmd, timeout=left)
+        return 0
+
+
+def generate(target: Target, tree: Path, out: Path) -> List[Path]:
+    """universalmutator's mutants of ``target``'s source, in the tool's order."""
+    if not out.exists():
+        mutate = shutil.which("mutate") or str(Path(sys.executable).with_name("mutate"))
+        if not Path(mutate).exists():
+            raise SystemExit('universalmutator is not installed: pip install -e ".[mutation]"')
+        tmp = out.with_suffix(".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        src = tmp / Path(target.source).name
+        shutil.copy2(tree / target.source, src)
+        # Python mutants are checked to compile by the tool; C++ ones by our build.
+        check = [] if target.language == "python" else ["--noCheck"]
+        cmd = [mutate, src.name, target.language, "--mutantDir", "mutants", *check]
+        subprocess.run(cmd, cwd=tmp, check=True, capture_output=True)
+        (tmp / "mutants").rename(out)
+        shutil.rmtree(tmp)
+    return sorted(out.iterdir(), key=lambda p: int(re.search(r"mutant\.(\d+)\.", p.name)[1]))
+
+
+def changed_line(original: List[str], mutant: List[str]) -> tuple:
+    """(line number, original line, mutated line) of a one-line mutant."""
+    for k, (a, b) in enumerate(zip(original, mutant)):
+        if a != b:
+            if len(original) == len(mutant):
+                return k + 1, a.strip(), b.strip()
+            # an inserted or deleted line
+            return k + 1, a.strip(), b.strip() + " [inserted]"
+    k = min(len(original), len(mutant))
+    return k + 1, "", (mutant[k].strip() if k < len(mutant) else "") + " [appended]"
+
+
+def load_results(path: Path) -> List[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_target(target, runner, tree, work, results_path, per_target, seed, records) -> None:
+    src = tree / target.source
+    original_bytes = src.read_bytes()
+    digest = hashlib.sha256(original_bytes).hexdigest()
+    tests = tests_sha(target, tree)
+    done = {
+        r["mutant"]: r
+        for r in records
+        if r["target"] == target.name and r["sha"] == digest and r.get("tests") == tests
+    }
+    counted = sum(r["verdict"] in ("killed", "survived", "timeout") for r in done.values())
+    if counted >= per_target:
+        return
+    mutants = generate(target, tree, work / "mutants" / f"{target.name}-{digest[:12]}")
+    order = list(mutants)
+    random.Random(seed).shuffle(order)
+    original_lines = original_bytes.decode().splitlines()
+
+    # Baseline: the tests pass on the unmutated copy; their time sets the limit.
+    if not runner.build(target):
+        print(f"{target.name}: does not build unmutated, skipped (see {runner.log})")
+        return
+    start = time.monotonic()
+    if runner.test(target, timeout=None) != 0:
+        print(f"{target.name}: tests fail unmutated, skipped (see {runner.log})")
+        return
+    limit = 3 * (time.monotonic() - start) + 20
+    print(f"{target.name}: {len(mutants)} mutants, tests take {(limit - 20) / 3:.0f} s", flush=True)
+
+    for mutant in order:
+        if counted >= per_target:
+            break
+        if mutant.name in done:
+            continue
+        line, before, after = changed_line(original_lines, mutant.read_text().splitlines())
+        try:
+            shutil.copyfile(mutant, src)
+            os.utime(src)
+            t0 = time.monotonic()
+            if not runner.build(target):
+                verdict = "invalid"
+            else:
+                rc = runner.test(target, timeout=limit)
+                verdict = "timeout" if rc is None else "survived" if rc == 0 else "killed"
+        finally:
+            src.write_bytes(original_bytes)
+            os.utime(src)
+        record = dict(
+            target=target.name,
+            sha=digest,
+            tests=tests,
+            mutant=mutant.name,
+            line=line,
+            before=before,
+            after=after,
+            verdict=verdict,
+            seconds=round(time.monotonic() - t0, 1),
+        )
+        records.append(record)
+        with open(results_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        counted += verdict != "invalid"
+        print(f"  {mutant.name} line {line}: {verdict} ({record['seconds']} s)", flush=True)
+    # Leave the builds matching the unmutated source.
+    runner.build(target)
+
+
+def table(records: List[dict], tree: Path) -> None:
+    current = {}
+    for name, t in TARGETS.items():
+        if (tree / t.source).exists():
+            current[name] = (sha256(tree / t.source), tests_sha(t, tree))
+    print("\n| module | sampled | invalid | killed | survived | score |")
+    print("|---|---|---|---|---|---|")
+    survivors = []
+    for name in TARGETS:
+        rs = [
+            r
+            for r in records
+            if r["target"] == name and (r["sha"], r.get("tests")) == current.get(name)
+        ]
+        if not rs:
+            continue
+        n = {v: sum(r["verdict"] == v for r in rs) for v in ("invalid", "survived")}
+        killed = sum(r["verdict"] in ("killed", "timeout") for r in rs)
+        counted = killed + n["survived"]
+        score = f"{100 * killed / counted:.0f} %" if counted else "-"
+        print(f"| {name} | {counted} | {n['invalid']} | {killed} | {n['survived']} | {score} |")
+        survivors += [r for r in rs if r["verdict"] == "survived"]
+    if survivors:
+        print("\nSurvivors:")
+        for r in survivors:
+            print(f"- {r['target']}:{r['line']}: `{r['before']}` -> `{r['after']}`")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--targets", default=",".join(TARGETS), help="comma-separated, of: " + ", ".join(TARGETS)
+    )
+    p.add_argument("--per-target", type=int, default=20, help="mutants counted per target")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--results", type=Path, default=REPO / "bench" / "results" / "mutation_score.jsonl"
+    )
+    p.add_argument("--work", type=Path, default=Path("/tmp/ethosu_ng_mutation"))
+    p.add_argument("--table", action="store_true", help="print the table of --results and stop")
+    args = p.parse_args(argv)
+    names = [n for n in args.targets.split(",") if n]
+    unknown = [n for n in names if n not in TARGETS]
+    if unknown:
+        p.error(f"unknown targets {unknown}; known: {', '.join(TARGETS)}")
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    tree = copy_tree(args.work)
+    records = load_results(args.results)
+    if not args.table:
+        runner = Runner(tree, args.work / "log.txt")
+        for name in names:
+            run_target(
+                TARGETS[name],
+                runner,
+                tree,
+                args.work,
+                args.results,
+                args.per_target,
+                args.seed,
+                records,
+            )
+    table(records, tree)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
