@@ -82,7 +82,7 @@ TARGETS: Dict[str, Target] = {
         Target(
             "tensor_spec.py",
             "ethosu_ng/tensor_spec.py",
-            pytest=["tests/test_blob.py", "tests/test_blob_fuzz.py"],
+            pytest=["tests/test_tensor_spec.py", "tests/test_blob.py", "tests/test_blob_fuzz.py"],
         ),
         Target("io_layout.py", "ethosu_ng/io_layout.py", pytest=["tests/test_io_layout.py"]),
         Target(

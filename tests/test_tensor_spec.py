@@ -17,7 +17,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ethosu_ng.tensor_spec import BOUNDARY_DTYPES, CHANNELS_LAST, MAX_RANK, TensorSpec
+from ethosu_ng.tensor_spec import (
+    BOUNDARY_DTYPES,
+    CHANNELS_LAST,
+    MAX_RANK,
+    REGION_FAST_SCRATCH,
+    REGION_SCRATCH,
+    REGION_WEIGHTS,
+    TensorSpec,
+)
 
 DTYPES = sorted(BOUNDARY_DTYPES | {torch.float32, torch.int64, torch.float16}, key=str)
 BYTES = {torch.int8: 1, torch.uint8: 1, torch.bool: 1, torch.int16: 2, torch.uint16: 2}
@@ -77,6 +85,17 @@ def test_every_dim_order_that_is_no_permutation_is_refused(rank):
 def test_channels_last_is_nhwc():
     x = torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last)
     assert tuple(x.dim_order()) == CHANNELS_LAST
+
+
+def test_regions_are_the_base_pointers_vela_addresses():
+    """The region an IO entry names is the base-pointer index in Vela's command stream."""
+    from ethosu.vela.high_level_command_to_npu_op import BasePointerIndex
+
+    assert REGION_WEIGHTS == BasePointerIndex.WeightTensor
+    assert REGION_SCRATCH == BasePointerIndex.ScratchTensor
+    assert REGION_FAST_SCRATCH == BasePointerIndex.ScratchFastTensor
+    spec = TensorSpec(torch.int8, (4,), (0,))
+    assert (spec.region, spec.offset) == (REGION_SCRATCH, 0), "placed before preprocess placed it"
 
 
 def test_describe_names_dtype_shape_and_qparams():
