@@ -91,11 +91,11 @@ def test_regions_are_the_base_pointers_vela_addresses():
     """The region an IO entry names is the base-pointer index in Vela's command stream."""
     from ethosu.vela.high_level_command_to_npu_op import BasePointerIndex
 
-    assert REGION_WEIGHTS == BasePointerIndex.WeightTensor
-    assert REGION_SCRATCH == BasePointerIndex.ScratchTensor
-    assert REGION_FAST_SCRATCH == BasePointerIndex.ScratchFastTensor
+    assert BasePointerIndex.WeightTensor == REGION_WEIGHTS
+    assert BasePointerIndex.ScratchTensor == REGION_SCRATCH
+    assert BasePointerIndex.ScratchFastTensor == REGION_FAST_SCRATCH
     spec = TensorSpec(torch.int8, (4,), (0,))
-    assert (spec.region, spec.offset) == (REGION_SCRATCH, 0), "placed before preprocess placed it"
+    assert (spec.region, spec.offset) == (REGION_SCRATCH, 0), "an unplaced spec: scratch, offset 0"
 
 
 def test_describe_names_dtype_shape_and_qparams():
