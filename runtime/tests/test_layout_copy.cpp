@@ -282,6 +282,12 @@ void test_layout_checks() {
   const int64_t one_c[4] = {1, 1, 4, 5};
   const int64_t one_c_strides[4] = {20, 20, 5, 1}; // C = 1: planar is interleaved too
   CHECK(strides_follow(4, one_c, one_c_strides, nchw) && strides_follow(4, one_c, one_c_strides, nhwc));
+  // A rank outside 0..kLayoutMaxRank is refused before any array is read (7 would overrun them).
+  const int64_t seven[7] = {1, 1, 1, 1, 1, 1, 1};
+  const uint8_t order7[7] = {0, 1, 2, 3, 4, 5, 6};
+  CHECK(strides_follow(0, seven, seven, order7)); // a scalar follows any order
+  CHECK(!strides_follow(-1, seven, seven, order7));
+  CHECK(!strides_follow(7, seven, seven, order7));
 
   CHECK(check_dim_order("input", 0, nhwc, 4, nhwc, 4) == Error::Ok);
   CHECK(check_dim_order("input", 0, nhwc, 4, nchw, 4) == Error::InvalidArgument);
