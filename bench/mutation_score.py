@@ -99,6 +99,14 @@ TARGETS: Dict[str, Target] = {
             ],
         ),
         Target(
+            "partitioner.py",
+            "ethosu_ng/partitioner.py",
+            pytest=[
+                "tests/test_seed000_split_boundary_is_integer.py",
+                "tests/test_culprit_search.py",
+            ],
+        ),
+        Target(
             "delegate_io.py",
             "ethosu_ng/partitioning/delegate_io.py",
             pytest=["tests/test_bad_input_is_a_clear_error.py"],

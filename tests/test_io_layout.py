@@ -280,3 +280,16 @@ def test_same_bytes_is_the_same_address_for_every_element(shape, a, b):
     sa, sb = _dense_strides(shape, a), _dense_strides(shape, b)
     want = all(sa[d] == sb[d] for d in range(4) if shape[d] > 1)
     assert io_layout.same_bytes(shape, a, b) == want
+
+
+@pytest.mark.parametrize("asked", [None, "nchw", "nhwc"])
+@pytest.mark.parametrize("came_in", [torch.contiguous_format, torch.channels_last])
+def test_an_input_is_laid_out_as_asked_whatever_layout_it_came_in(asked, came_in):
+    """An asked layout is the one the example input gets (it fixes the program's input layout);
+    none asked keeps the example's own."""
+    x = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5)
+    x = x.contiguous(memory_format=came_in)
+    (got,) = io_layout.apply_input_layouts([x], [asked])
+    want = tuple(x.dim_order()) if asked is None else io_layout.LAYOUTS[asked]
+    assert tuple(got.dim_order()) == want
+    assert torch.equal(got, x)
