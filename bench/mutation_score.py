@@ -64,6 +64,8 @@ class Target:
     pytest: List[str] = field(default_factory=list)  # test files, run with -m "not slow"
     ctest: List[str] = field(default_factory=list)  # C++ test executables (sanitizer build)
     host_module: bool = False  # a C++ source of the extension module the Python tests load
+    # pytest arguments of slower tests, run on the survivors only (``--recheck``)
+    recheck: List[str] = field(default_factory=list)
 
     def test_files(self) -> List[str]:
         return self.pytest + [f"runtime/tests/{exe}.cpp" for exe in self.ctest]
@@ -124,6 +126,8 @@ TARGETS: Dict[str, Target] = {
             pytest=["tests/test_npu_model_registers.py"],
             ctest=["test_scale_round"],
             host_module=True,
+            # compiles five small models for U55 and runs them against the TOSA reference
+            recheck=["tests/test_npu_model.py", "-k", "bit_exact_to_tosa and ethos-u55-128"],
         ),
     ]
 }
@@ -161,9 +165,10 @@ def copy_tree(work: Path) -> Path:
 
 
 class Runner:
-    def __init__(self, tree: Path, log: Path):
+    def __init__(self, tree: Path, work: Path):
         self.tree = tree
-        self.log = log
+        self.work = work
+        self.log = work / "log.txt"
         self.env = dict(
             os.environ,
             OMP_NUM_THREADS="1",
@@ -225,7 +230,9 @@ class Runner:
                 return False
         return True
 
-    def test(self, target: Target, timeout: Optional[float]) -> Optional[int]:
+    def test(
+        self, target: Target, timeout: Optional[float], pytest_args: Optional[List[str]] = None
+    ) -> Optional[int]:
         """0 when every test passes, None on timeout, else the first failing return code."""
         start = time.monotonic()
         build = self.tree / "build" / "sanitize"
@@ -234,11 +241,12 @@ class Runner:
             rc = self.run([build / exe, *args], timeout=timeout)
             if rc != 0:
                 return rc
-        if target.pytest:
+        if target.pytest or pytest_args:
             shutil.rmtree(self.tree / ".hypothesis", ignore_errors=True)
             left = None if timeout is None else max(timeout - (time.monotonic() - start), 1)
             cmd = [sys.executable, "-c", LAUNCHER, self.tree, "-x", "-q", "-m", "not slow"]
-            cmd += ["-p", "no:cacheprovider", "--hypothesis-seed=0", *target.pytest]
+            cmd += ["-p", "no:cacheprovider", "--hypothesis-seed=0"]
+            cmd += target.pytest if pytest_args is None else pytest_args
             return self.run(cmd, timeout=left)
         return 0
 
@@ -261,6 +269,11 @@ def generate(target: Target, tree: Path, out: Path) -> List[Path]:
         (tmp / "mutants").rename(out)
         shutil.rmtree(tmp)
     return sorted(out.iterdir(), key=lambda p: int(re.search(r"mutant\.(\d+)\.", p.name)[1]))
+
+
+def work_mutants(target: Target, tree: Path, work: Path) -> Path:
+    """Where ``target``'s mutants of its current source are kept."""
+    return work / "mutants" / f"{target.name}-{sha256(tree / target.source)[:12]}"
 
 
 def changed_line(original: List[str], mutant: List[str]) -> tuple:
@@ -294,7 +307,7 @@ def run_target(target, runner, tree, work, results_path, per_target, seed, recor
     counted = sum(r["verdict"] in ("killed", "survived", "timeout") for r in done.values())
     if counted >= per_target:
         return
-    mutants = generate(target, tree, work / "mutants" / f"{target.name}-{digest[:12]}")
+    mutants = generate(target, tree, work_mutants(target, tree, work))
     order = list(mutants)
     random.Random(seed).shuffle(order)
     original_lines = original_bytes.decode().splitlines()
@@ -348,32 +361,83 @@ def run_target(target, runner, tree, work, results_path, per_target, seed, recor
     runner.build(target)
 
 
+def recheck_survivors(target, runner, tree, results_path, records) -> None:
+    """Run the survivors of ``target`` (its current source and tests) against its slower tests."""
+    src = tree / target.source
+    original_bytes = src.read_bytes()
+    key = (hashlib.sha256(original_bytes).hexdigest(), tests_sha(target, tree))
+    mutants = work_mutants(target, tree, runner.work)
+    checked = {r["mutant"] for r in records if r.get("recheck_of") == target.name}
+    for r in list(records):
+        if r["target"] != target.name or (r["sha"], r.get("tests")) != key:
+            continue
+        if r["verdict"] != "survived" or r["mutant"] in checked:
+            continue
+        try:
+            shutil.copyfile(mutants / r["mutant"], src)
+            os.utime(src)
+            t0 = time.monotonic()
+            rc = (
+                runner.test(target, timeout=None, pytest_args=target.recheck)
+                if runner.build(target)
+                else 1
+            )
+        finally:
+            src.write_bytes(original_bytes)
+            os.utime(src)
+        verdict = "survived" if rc == 0 else "killed"
+        record = dict(recheck_of=target.name, mutant=r["mutant"], sha=key[0], verdict=verdict)
+        records.append(record)
+        with open(results_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(
+            f"  {r['mutant']} line {r['line']}: {verdict} by the slower tests "
+            f"({time.monotonic() - t0:.0f} s)",
+            flush=True,
+        )
+    runner.build(target)
+
+
 def table(records: List[dict], tree: Path) -> None:
     current = {}
     for name, t in TARGETS.items():
         if (tree / t.source).exists():
             current[name] = (sha256(tree / t.source), tests_sha(t, tree))
-    print("\n| module | sampled | invalid | killed | survived | score |")
-    print("|---|---|---|---|---|---|")
+    rechecked = {
+        (r["recheck_of"], r["mutant"], r["sha"]): r["verdict"] for r in records if "recheck_of" in r
+    }
+    # One row per module and version of its tests (the source as it is now); survivors are
+    # listed for the current tests only.
+    print("\n| module | tests | counted | invalid | killed | survived | score | slower tests |")
+    print("|---|---|---|---|---|---|---|---|")
     survivors = []
-    for name in TARGETS:
-        rs = [
-            r
-            for r in records
-            if r["target"] == name and (r["sha"], r.get("tests")) == current.get(name)
-        ]
-        if not rs:
-            continue
-        n = {v: sum(r["verdict"] == v for r in rs) for v in ("invalid", "survived")}
+    groups: Dict[tuple, List[dict]] = {}
+    for r in records:
+        if "target" in r and current.get(r["target"], (None,))[0] == r["sha"]:
+            groups.setdefault((r["target"], r.get("tests")), []).append(r)
+    for (name, tests), rs in groups.items():
+        now = tests == current[name][1]
+        invalid = sum(r["verdict"] == "invalid" for r in rs)
         killed = sum(r["verdict"] in ("killed", "timeout") for r in rs)
-        counted = killed + n["survived"]
+        alive = [r for r in rs if r["verdict"] == "survived"]
+        counted = killed + len(alive)
         score = f"{100 * killed / counted:.0f} %" if counted else "-"
-        print(f"| {name} | {counted} | {n['invalid']} | {killed} | {n['survived']} | {score} |")
-        survivors += [r for r in rs if r["verdict"] == "survived"]
+        later = [rechecked.get((name, r["mutant"], r["sha"])) for r in alive]
+        slower = "-"
+        if TARGETS[name].recheck and alive and all(later):
+            slower = f"{100 * (killed + later.count('killed')) / counted:.0f} %"
+        which = "current" if now else "earlier"
+        print(
+            f"| {name} | {which} | {counted} | {invalid} | {killed} | {len(alive)} | {score} "
+            f"| {slower} |"
+        )
+        if now:
+            survivors += list(zip(alive, later))
     if survivors:
         print("\nSurvivors:")
-        for r in survivors:
-            print(f"- {r['target']}:{r['line']}: `{r['before']}` -> `{r['after']}`")
+        for r, v in survivors:
+            note = " (killed by the slower tests)" if v == "killed" else ""
+            print(f"- {r['target']}:{r['line']}: `{r['before']}` -> `{r['after']}`{note}")
 
 
 def main(argv=None) -> int:
@@ -388,6 +452,9 @@ def main(argv=None) -> int:
     )
     p.add_argument("--work", type=Path, default=Path("/tmp/ethosu_ng_mutation"))
     p.add_argument("--table", action="store_true", help="print the table of --results and stop")
+    p.add_argument(
+        "--recheck", action="store_true", help="run the survivors against the slower tests too"
+    )
     args = p.parse_args(argv)
     names = [n for n in args.targets.split(",") if n]
     unknown = [n for n in names if n not in TARGETS]
@@ -398,10 +465,11 @@ def main(argv=None) -> int:
     tree = copy_tree(args.work)
     records = load_results(args.results)
     if not args.table:
-        runner = Runner(tree, args.work / "log.txt")
+        runner = Runner(tree, args.work)
         for name in names:
+            target = TARGETS[name]
             run_target(
-                TARGETS[name],
+                target,
                 runner,
                 tree,
                 args.work,
@@ -410,6 +478,8 @@ def main(argv=None) -> int:
                 args.seed,
                 records,
             )
+            if args.recheck and target.recheck:
+                recheck_survivors(target, runner, tree, args.results, records)
     table(records, tree)
     return 0
 
