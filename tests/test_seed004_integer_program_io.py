@@ -125,3 +125,22 @@ def test_bad_io_dtype_is_rejected():
         EthosUNGQuantizer(spec, input_dtype=torch.float16)
     with pytest.raises(ValueError, match="output_dtype"):
         EthosUNGQuantizer(spec, output_dtype=torch.int32)
+
+
+def test_an_unused_input_is_named_not_an_index_error():
+    """An input forward() never reads has no quantize to take an integer type from."""
+
+    class Unused(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+
+        def forward(self, x, unused):
+            return self.conv(x)
+
+    torch.manual_seed(0)
+    x = (torch.randn(1, 3, 8, 8), torch.randn(1, 3, 8, 8))
+    spec = EthosUNGCompileSpec("ethos-u55-128")
+    q = quantize(Unused().eval(), x, spec, input_dtype=torch.int8)
+    with pytest.raises(ValueError, match=r"program input 1 \(unused\) is not read by the model"):
+        lower(q, x, spec)

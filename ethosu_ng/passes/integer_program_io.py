@@ -102,6 +102,12 @@ class IntegerProgramIOPass:
             chain.append(node)
             if node.target == QUANTIZE_PER_TENSOR and _qdtype(node) == dtype:
                 break
+        if not x.users:
+            raise IntegerProgramIOError(
+                f"program input {k} ({x.name}) is not read by the model, so no quantization "
+                f"gives it a {dtype} scale and zero point: remove it from forward(), or keep "
+                "float inputs (no input_dtype)"
+            )
         if not chain or chain[-1].target != QUANTIZE_PER_TENSOR or _qdtype(chain[-1]) != dtype:
             raise IntegerProgramIOError(
                 f"program input {k} ({x.name}) is not quantized to {dtype} right at the input "
