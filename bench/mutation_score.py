@@ -111,7 +111,11 @@ TARGETS: Dict[str, Target] = {
         Target(
             "delegate_io.py",
             "ethosu_ng/partitioning/delegate_io.py",
-            pytest=["tests/test_bad_input_is_a_clear_error.py"],
+            # the lowering tests: every delegate's IO specs and qparams come from here
+            pytest=[
+                "tests/test_seed000_split_boundary_is_integer.py",
+                "tests/test_seed004_integer_program_io.py",
+            ],
         ),
         Target(
             "blob.cpp",
@@ -123,7 +127,12 @@ TARGETS: Dict[str, Target] = {
         Target(
             "front_end.cpp",
             "runtime/ethosu_ng/npu_model/front_end.cpp",
-            pytest=["tests/test_npu_model_registers.py"],
+            pytest=[
+                "tests/test_npu_model_registers.py",
+                "tests/test_npu_model_hazards.py",
+                "tests/test_npu_model_bounds.py",
+                "tests/test_npu_model_dma.py",
+            ],
             ctest=["test_scale_round"],
             host_module=True,
             # compiles five small models for U55 and runs them against the TOSA reference
