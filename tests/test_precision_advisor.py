@@ -204,3 +204,27 @@ def test_bad_advisor_arguments_name_the_culprit():
         advise(model, calib[0], spec, gain_share=0)
     with pytest.raises(ValueError, match=r"\['blocks\.9'\] are not modules"):
         advise(model, calib[0], spec, candidates=["blocks.9"])
+
+
+def test_choice_from_int16_scales_the_estimate_by_the_lowering_and_lowers_few_times():
+    """Eight blocks whose int16 borders cost as much again as the table says: once a lowering
+    shows it, as many leave as the scaled estimate needs, not one per lowering (each is
+    minutes of Vela on a real model)."""
+    rows = [ModuleRow(f"b{k}", 0.0, 100, 150, sqnr_loss_db=1.0 + k) for k in range(8)]
+    extra = {r.module: r.extra_cycles for r in rows}
+    lowered = []
+
+    def lower_set(chosen):
+        lowered.append(sorted(chosen))
+        return 800 + sum(2 * extra[m] for m in chosen)  # twice the table's extra
+
+    def measure_set(chosen):
+        return 6.0 + 2 * len(chosen)
+
+    # Budget 1.3 x 800 = 1,040. By the table (50 per block) four leave: 800 + 4 x 50 = 1,000.
+    # Lowered, those four take 1,200 (100 each): scaled by 2, two more leave in one go.
+    # One block at a time would lower three times (1,200, 1,100, 1,000).
+    sqnr, cycles = choose_down(rows, 6.0, 800, 1.3, measure_set, lower_set)
+    assert cycles <= 1040 and [r.module for r in rows if r.chosen] == ["b6", "b7"]
+    assert len(lowered) <= 2, lowered
+    assert sqnr == 10.0
