@@ -141,6 +141,27 @@ def _candidates(model: torch.nn.Module, cycles: Dict[str, float]) -> Tuple[int, 
     return MAX_DEPTH, []
 
 
+def _drop_to_fit(
+    rows: List[ModuleRow], cycles: float, int8_cycles: float, budget: float, drop_one
+) -> List[str]:
+    """After a lowering of the chosen set took ``cycles`` (over ``budget``), unchoose rows with
+    ``drop_one`` until the table's extras, scaled by what the lowering showed, fit: at least one.
+
+    A lowering costs minutes; the borders between int8 and int16 regions cost cycles no module's
+    row holds, so the real cycles say how far the table is off, and one lowering per dropped
+    module is avoided."""
+    extra = sum(max(r.extra_cycles, 0.0) for r in rows if r.chosen)
+    scale = (cycles - int8_cycles) / extra if extra > 0 else 1.0
+    dropped: List[str] = []
+    while any(r.chosen for r in rows) and (not dropped or int8_cycles + scale * extra > budget):
+        r = drop_one()
+        if r is None:
+            break
+        extra -= max(r.extra_cycles, 0.0)
+        dropped.append(r.module)
+    return dropped
+
+
 def choose(
     rows: List[ModuleRow],
     int8_sqnr: float,
@@ -158,8 +179,8 @@ def choose(
     each chosen module's extra) stays within budget, the set's SQNR measured after each
     addition (gains do not add up: the int8 rest limits them), until ``gain_share`` of the
     int16 gain is reached. The set is then lowered; while its real cycles (which include the
-    int8 <-> int16 requantizations at the set's borders) exceed the budget, the chosen module
-    with the least gain per extra cycle leaves it.
+    int8 <-> int16 requantizations at the set's borders) exceed the budget, the chosen modules
+    with the least gain per extra cycle leave it (``_drop_to_fit``).
     """
     budget = cycle_budget * int8_cycles
     goal = gain_share * (int16_sqnr - int8_sqnr)
@@ -182,9 +203,14 @@ def choose(
         cycles = lower_set([x.module for x in rows if x.chosen])
         if cycles <= budget:
             break
-        drop = min((r for r in rows if r.chosen), key=ratio)
-        drop.chosen = False
-        say(f"- {drop.module}: the set took {cycles:,.0f} cycles")
+
+        def drop_one() -> ModuleRow:
+            r = min((r for r in rows if r.chosen), key=ratio)
+            r.chosen = False
+            return r
+
+        dropped = _drop_to_fit(rows, cycles, int8_cycles, budget, drop_one)
+        say(f"- {', '.join(dropped)}: the set took {cycles:,.0f} cycles")
         sqnr = (
             measure_set([x.module for x in rows if x.chosen])
             if any(r.chosen for r in rows)
@@ -223,7 +249,9 @@ def choose_down(
     def droppable() -> List[ModuleRow]:
         return [r for r in rows if r.chosen and r.extra_cycles > 0]
 
-    def drop_cheapest() -> ModuleRow:
+    def drop_cheapest() -> Optional[ModuleRow]:
+        if not droppable():
+            return None
         r = min(droppable(), key=cost)
         r.chosen = False
         return r
@@ -237,16 +265,7 @@ def choose_down(
         cycles = lower_set(chosen) if chosen else int8_cycles
         if cycles <= budget or not droppable():
             break
-        # A lowering costs minutes: scale the table's extras by what this one showed (the
-        # borders between int8 and int16 regions cost cycles no module's row holds) and drop
-        # as many as that estimate needs, at least one, before lowering again.
-        extra = sum(max(r.extra_cycles, 0.0) for r in rows if r.chosen)
-        scale = (cycles - int8_cycles) / extra if extra > 0 else 1.0
-        dropped = []
-        while droppable() and (not dropped or int8_cycles + scale * extra > budget):
-            r = drop_cheapest()
-            extra -= max(r.extra_cycles, 0.0)
-            dropped.append(r.module)
+        dropped = _drop_to_fit(rows, cycles, int8_cycles, budget, drop_cheapest)
         say(f"- {', '.join(dropped)}: the set took {cycles:,.0f} cycles")
     return (measure_set(chosen) if chosen else int8_sqnr), cycles
 
