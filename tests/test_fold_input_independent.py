@@ -146,8 +146,21 @@ def test_folding_keeps_the_float_model_and_leaves_nothing_input_independent(
     assert torch.equal(gm(*x), want)
     assert fold_input_independent(gm) >= 1
     assert _input_independent_compute(gm) == []
-    assert torch.equal(gm(*x), want)
+    _same_but_for_layout(gm(*x), want, consumer)
     assert fold_input_independent(gm) == 0
+
+
+def _same_but_for_layout(got: torch.Tensor, want: torch.Tensor, consumer: str) -> None:
+    """Bit for bit, except that a folded view (a transposed table) is stored contiguous, so a
+    matmul reading it may take another GEMM path and sum in another order. Measured on a
+    machine where the transposed path differs, over every matmul block this property can draw
+    (220: five kinds, tokens 2-12, widths 4-16): at most 2.74 ulp of the output's largest
+    magnitude; every other consumer bit for bit."""
+    if consumer != "matmul":
+        assert torch.equal(got, want)
+        return
+    ulp = torch.finfo(want.dtype).eps * want.abs().max()
+    assert (got - want).abs().max() <= 4 * ulp
 
 
 def test_what_is_not_folded():
