@@ -141,25 +141,34 @@ def _candidates(model: torch.nn.Module, cycles: Dict[str, float]) -> Tuple[int, 
     return MAX_DEPTH, []
 
 
-def _drop_to_fit(
-    rows: List[ModuleRow], cycles: float, int8_cycles: float, budget: float, drop_one
-) -> List[str]:
-    """After a lowering of the chosen set took ``cycles`` (over ``budget``), unchoose rows with
-    ``drop_one`` until the table's extras, scaled by what the lowering showed, fit: at least one.
+def _lower_within_budget(
+    rows: List[ModuleRow], int8_cycles: float, budget: float, lower_set, leaves_first, say
+) -> float:
+    """Lower the chosen ``rows``; while their real cycles are over ``budget``, unchoose rows
+    (least ``leaves_first`` first; a row whose table extra is not positive only when no other
+    is left) and lower again. Returns the real cycles of the final set (int8's when empty).
 
-    A lowering costs minutes; the borders between int8 and int16 regions cost cycles no module's
-    row holds, so the real cycles say how far the table is off, and one lowering per dropped
-    module is avoided."""
-    extra = sum(max(r.extra_cycles, 0.0) for r in rows if r.chosen)
-    scale = (cycles - int8_cycles) / extra if extra > 0 else 1.0
-    dropped: List[str] = []
-    while any(r.chosen for r in rows) and (not dropped or int8_cycles + scale * extra > budget):
-        r = drop_one()
-        if r is None:
-            break
-        extra -= max(r.extra_cycles, 0.0)
-        dropped.append(r.module)
-    return dropped
+    A lowering costs minutes, and the int8 <-> int16 requantizations at a set's borders cost
+    cycles no module's row holds: the table's extras are scaled by what the last lowering
+    showed, and as many rows leave as that estimate needs (at least one), not one per lowering.
+    """
+    while True:
+        chosen = [r for r in rows if r.chosen]
+        if not chosen:
+            return int8_cycles
+        cycles = lower_set([r.module for r in chosen])
+        if cycles <= budget:
+            return cycles
+        extra = sum(max(r.extra_cycles, 0.0) for r in chosen)
+        scale = (cycles - int8_cycles) / extra if extra > 0 else 1.0
+        dropped = []
+        for r in sorted(chosen, key=lambda r: (r.extra_cycles <= 0, leaves_first(r))):
+            if dropped and int8_cycles + scale * extra <= budget:
+                break
+            r.chosen = False
+            extra -= max(r.extra_cycles, 0.0)
+            dropped.append(r.module)
+        say(f"- {', '.join(dropped)}: the set took {cycles:,.0f} cycles")
 
 
 def choose(
@@ -180,7 +189,7 @@ def choose(
     addition (gains do not add up: the int8 rest limits them), until ``gain_share`` of the
     int16 gain is reached. The set is then lowered; while its real cycles (which include the
     int8 <-> int16 requantizations at the set's borders) exceed the budget, the chosen modules
-    with the least gain per extra cycle leave it (``_drop_to_fit``).
+    with the least gain per extra cycle leave it (``_lower_within_budget``).
     """
     budget = cycle_budget * int8_cycles
     goal = gain_share * (int16_sqnr - int8_sqnr)
@@ -198,25 +207,11 @@ def choose(
         estimate += max(r.extra_cycles, 0.0)
         sqnr = measure_set([x.module for x in rows if x.chosen])
         say(f"+ {r.module}: {sqnr:.2f} dB, about {estimate:,.0f} cycles")
-    cycles = int8_cycles
-    while any(r.chosen for r in rows):
-        cycles = lower_set([x.module for x in rows if x.chosen])
-        if cycles <= budget:
-            break
-
-        def drop_one() -> ModuleRow:
-            r = min((r for r in rows if r.chosen), key=ratio)
-            r.chosen = False
-            return r
-
-        dropped = _drop_to_fit(rows, cycles, int8_cycles, budget, drop_one)
-        say(f"- {', '.join(dropped)}: the set took {cycles:,.0f} cycles")
-        sqnr = (
-            measure_set([x.module for x in rows if x.chosen])
-            if any(r.chosen for r in rows)
-            else int8_sqnr
-        )
-        cycles = int8_cycles
+    before = [r.module for r in rows if r.chosen]
+    cycles = _lower_within_budget(rows, int8_cycles, budget, lower_set, ratio, say)
+    after = [r.module for r in rows if r.chosen]
+    if after != before:
+        sqnr = measure_set(after) if after else int8_sqnr
     return sqnr, cycles
 
 
@@ -249,24 +244,13 @@ def choose_down(
     def droppable() -> List[ModuleRow]:
         return [r for r in rows if r.chosen and r.extra_cycles > 0]
 
-    def drop_cheapest() -> Optional[ModuleRow]:
-        if not droppable():
-            return None
+    while estimate > budget and droppable():
         r = min(droppable(), key=cost)
         r.chosen = False
-        return r
-
-    while estimate > budget and droppable():
-        r = drop_cheapest()
         estimate -= r.extra_cycles
         say(f"- {r.module}: about {estimate:,.0f} cycles")
-    while True:
-        chosen = [r.module for r in rows if r.chosen]
-        cycles = lower_set(chosen) if chosen else int8_cycles
-        if cycles <= budget or not droppable():
-            break
-        dropped = _drop_to_fit(rows, cycles, int8_cycles, budget, drop_cheapest)
-        say(f"- {', '.join(dropped)}: the set took {cycles:,.0f} cycles")
+    cycles = _lower_within_budget(rows, int8_cycles, budget, lower_set, cost, say)
+    chosen = [r.module for r in rows if r.chosen]
     return (measure_set(chosen) if chosen else int8_sqnr), cycles
 
 
