@@ -142,7 +142,9 @@ def fold_input_independent(gm: GraphModule) -> int:
             if not isinstance(result, torch.Tensor) or result.numel() > MAX_FOLDED_ELEMENTS:
                 continue
             name = f"_folded_{node.name}"
-            gm.register_buffer(name, result.detach().clone().contiguous())
+            # clone() keeps a view's strides (a transposed table stays transposed): a consumer
+            # then reads it as it read the computed value, and sums in the same order.
+            gm.register_buffer(name, result.detach().clone())
             with gm.graph.inserting_before(node):
                 attr = gm.graph.get_attr(name)
             attr.meta.update(node.meta)
