@@ -48,9 +48,20 @@ sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswit
 sys.path.insert(0, tree)
 import ethosu_ng
 assert ethosu_ng.__file__.startswith(tree), ethosu_ng.__file__
-if sys.argv[2] == "--build-host-module":
+if sys.argv[2] == "--build":
+    # sys.argv[3]: "host" to rebuild the extension module too; then the C++ test executables,
+    # built as tests/test_runtime_ctest.py builds them (ASan + UBSan)
+    from pathlib import Path
     from ethosu_ng.runtime import source_build
-    print(source_build.build_host_module())
+    if sys.argv[4:]:
+        source_build.build_targets(
+            Path(tree) / "build" / "sanitize",
+            targets=sys.argv[4:],
+            extra_cmake_args=["-DCMAKE_BUILD_TYPE=Debug", "-DETHOSU_NG_SANITIZE=ON",
+                              "-DETHOSU_NG_WERROR=ON"],
+        )
+    if sys.argv[3] == "host":
+        source_build.build_host_module()
     sys.exit(0)
 import pytest
 sys.exit(pytest.main(sys.argv[2:]))
@@ -63,7 +74,6 @@ class Target:
     source: str  # path in the tree
     pytest: List[str] = field(default_factory=list)  # test files, run with -m "not slow"
     ctest: List[str] = field(default_factory=list)  # C++ test executables (sanitizer build)
-    host_module: bool = False  # a C++ source of the extension module the Python tests load
     # pytest arguments of slower tests, run on the survivors only (``--recheck``)
     recheck: List[str] = field(default_factory=list)
 
@@ -73,6 +83,11 @@ class Target:
     @property
     def language(self) -> str:
         return "python" if self.source.endswith(".py") else "cpp"
+
+    @property
+    def rebuilds_host_module(self) -> bool:
+        """A C++ source the Python tests load through the extension module."""
+        return self.language == "cpp" and bool(self.pytest or self.recheck)
 
 
 TARGETS: Dict[str, Target] = {
@@ -134,7 +149,6 @@ TARGETS: Dict[str, Target] = {
                 "tests/test_npu_model_dma.py",
             ],
             ctest=["test_scale_round"],
-            host_module=True,
             # compiles five small models for U55 and runs them against the TOSA reference
             recheck=["tests/test_npu_model.py", "-k", "bit_exact_to_tosa and ethos-u55-128"],
         ),
@@ -187,7 +201,6 @@ class Runner:
             UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
         )
         self.env.pop("ETHOSU_NG_HOST_MODULE", None)
-        self.configured = False
 
     def run(self, cmd: Sequence[str], timeout: Optional[float] = None) -> Optional[int]:
         """Return code, or None when ``timeout`` passed (the process group is killed)."""
@@ -209,35 +222,15 @@ class Runner:
                 proc.wait()
                 return None
 
-    def configure(self) -> None:
-        if self.configured:
-            return
-        from ethosu_ng.runtime.source_build import find_cmake
-
-        self.cmake = find_cmake()
-        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-        rc = self.run(
-            [self.cmake, "-S", self.tree, "-B", self.tree / "build" / "sanitize", *gen]
-            + ["-DCMAKE_BUILD_TYPE=Debug", "-DETHOSU_NG_SANITIZE=ON", "-DETHOSU_NG_WERROR=ON"]
-            + ["-DETHOSU_NG_PYTHON_MODULE=ON", f"-DETHOSU_NG_PYTHON={sys.executable}"]
-        )
-        if rc != 0:
-            raise SystemExit(f"configuring the sanitizer build failed: see {self.log}")
-        self.configured = True
-
     def build(self, target: Target) -> bool:
         """Build what ``target``'s tests run; False when it does not compile."""
-        if target.ctest:
-            self.configure()
-            build = self.tree / "build" / "sanitize"
-            for exe in target.ctest:
-                if self.run([self.cmake, "--build", build, "--target", exe]) != 0:
-                    return False
-        if target.host_module or target.language == "cpp" and target.pytest:
-            rc = self.run([sys.executable, "-c", LAUNCHER, self.tree, "--build-host-module"])
-            if rc != 0:
-                return False
-        return True
+        if target.language != "cpp":
+            return True
+        host = "host" if target.rebuilds_host_module else "-"
+        return (
+            self.run([sys.executable, "-c", LAUNCHER, self.tree, "--build", host, *target.ctest])
+            == 0
+        )
 
     def test(
         self, target: Target, timeout: Optional[float], pytest_args: Optional[List[str]] = None
@@ -291,10 +284,36 @@ def changed_line(original: List[str], mutant: List[str]) -> tuple:
         if a != b:
             if len(original) == len(mutant):
                 return k + 1, a.strip(), b.strip()
-            # an inserted or deleted line
-            return k + 1, a.strip(), b.strip() + " [inserted]"
+            if len(mutant) > len(original):
+                return k + 1, a.strip(), b.strip() + " [inserted]"
+            return k + 1, a.strip(), "[deleted]"
     k = min(len(original), len(mutant))
     return k + 1, "", (mutant[k].strip() if k < len(mutant) else "") + " [appended]"
+
+
+def run_mutant(
+    target: Target, runner: Runner, mutant: Path, timeout: Optional[float], pytest_args=None
+) -> str:
+    """The verdict of ``mutant`` put in place of ``target``'s source in the copy (restored
+    after, whatever happens): invalid, killed, timeout or survived."""
+    src = runner.tree / target.source
+    original = src.read_bytes()
+    try:
+        shutil.copyfile(mutant, src)
+        os.utime(src)
+        if not runner.build(target):
+            return "invalid"
+        rc = runner.test(target, timeout=timeout, pytest_args=pytest_args)
+        return "timeout" if rc is None else "survived" if rc == 0 else "killed"
+    finally:
+        src.write_bytes(original)
+        os.utime(src)
+
+
+def append_result(path: Path, records: List[dict], record: dict) -> None:
+    records.append(record)
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def load_results(path: Path) -> List[dict]:
@@ -311,7 +330,7 @@ def run_target(target, runner, tree, work, results_path, per_target, seed, recor
     done = {
         r["mutant"]: r
         for r in records
-        if r["target"] == target.name and r["sha"] == digest and r.get("tests") == tests
+        if r.get("target") == target.name and r["sha"] == digest and r["tests"] == tests
     }
     counted = sum(r["verdict"] in ("killed", "survived", "timeout") for r in done.values())
     if counted >= per_target:
@@ -338,18 +357,8 @@ def run_target(target, runner, tree, work, results_path, per_target, seed, recor
         if mutant.name in done:
             continue
         line, before, after = changed_line(original_lines, mutant.read_text().splitlines())
-        try:
-            shutil.copyfile(mutant, src)
-            os.utime(src)
-            t0 = time.monotonic()
-            if not runner.build(target):
-                verdict = "invalid"
-            else:
-                rc = runner.test(target, timeout=limit)
-                verdict = "timeout" if rc is None else "survived" if rc == 0 else "killed"
-        finally:
-            src.write_bytes(original_bytes)
-            os.utime(src)
+        t0 = time.monotonic()
+        verdict = run_mutant(target, runner, mutant, limit)
         record = dict(
             target=target.name,
             sha=digest,
@@ -361,9 +370,7 @@ def run_target(target, runner, tree, work, results_path, per_target, seed, recor
             verdict=verdict,
             seconds=round(time.monotonic() - t0, 1),
         )
-        records.append(record)
-        with open(results_path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_result(results_path, records, record)
         counted += verdict != "invalid"
         print(f"  {mutant.name} line {line}: {verdict} ({record['seconds']} s)", flush=True)
     # Leave the builds matching the unmutated source.
@@ -372,33 +379,21 @@ def run_target(target, runner, tree, work, results_path, per_target, seed, recor
 
 def recheck_survivors(target, runner, tree, results_path, records) -> None:
     """Run the survivors of ``target`` (its current source and tests) against its slower tests."""
-    src = tree / target.source
-    original_bytes = src.read_bytes()
-    key = (hashlib.sha256(original_bytes).hexdigest(), tests_sha(target, tree))
+    key = (sha256(tree / target.source), tests_sha(target, tree))
     mutants = work_mutants(target, tree, runner.work)
-    checked = {r["mutant"] for r in records if r.get("recheck_of") == target.name}
+    checked = {
+        r["mutant"] for r in records if r.get("recheck_of") == target.name and r["key"] == list(key)
+    }
     for r in list(records):
-        if r["target"] != target.name or (r["sha"], r.get("tests")) != key:
+        if r.get("target") != target.name or (r["sha"], r["tests"]) != key:
             continue
         if r["verdict"] != "survived" or r["mutant"] in checked:
             continue
-        try:
-            shutil.copyfile(mutants / r["mutant"], src)
-            os.utime(src)
-            t0 = time.monotonic()
-            rc = (
-                runner.test(target, timeout=None, pytest_args=target.recheck)
-                if runner.build(target)
-                else 1
-            )
-        finally:
-            src.write_bytes(original_bytes)
-            os.utime(src)
-        verdict = "survived" if rc == 0 else "killed"
-        record = dict(recheck_of=target.name, mutant=r["mutant"], sha=key[0], verdict=verdict)
-        records.append(record)
-        with open(results_path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        t0 = time.monotonic()
+        verdict = run_mutant(target, runner, mutants / r["mutant"], None, target.recheck)
+        verdict = "survived" if verdict == "survived" else "killed"
+        record = dict(recheck_of=target.name, key=list(key), mutant=r["mutant"], verdict=verdict)
+        append_result(results_path, records, record)
         print(
             f"  {r['mutant']} line {r['line']}: {verdict} by the slower tests "
             f"({time.monotonic() - t0:.0f} s)",
@@ -413,7 +408,9 @@ def table(records: List[dict], tree: Path) -> None:
         if (tree / t.source).exists():
             current[name] = (sha256(tree / t.source), tests_sha(t, tree))
     rechecked = {
-        (r["recheck_of"], r["mutant"], r["sha"]): r["verdict"] for r in records if "recheck_of" in r
+        (r["recheck_of"], r["mutant"], *r["key"]): r["verdict"]
+        for r in records
+        if "recheck_of" in r
     }
     # One row per module and version of its tests (the source as it is now); survivors are
     # listed for the current tests only.
@@ -423,7 +420,7 @@ def table(records: List[dict], tree: Path) -> None:
     groups: Dict[tuple, List[dict]] = {}
     for r in records:
         if "target" in r and current.get(r["target"], (None,))[0] == r["sha"]:
-            groups.setdefault((r["target"], r.get("tests")), []).append(r)
+            groups.setdefault((r["target"], r["tests"]), []).append(r)
     for (name, tests), rs in groups.items():
         now = tests == current[name][1]
         invalid = sum(r["verdict"] == "invalid" for r in rs)
@@ -431,7 +428,7 @@ def table(records: List[dict], tree: Path) -> None:
         alive = [r for r in rs if r["verdict"] == "survived"]
         counted = killed + len(alive)
         score = f"{100 * killed / counted:.0f} %" if counted else "-"
-        later = [rechecked.get((name, r["mutant"], r["sha"])) for r in alive]
+        later = [rechecked.get((name, r["mutant"], r["sha"], r["tests"])) for r in alive]
         slower = "-"
         if TARGETS[name].recheck and alive and all(later):
             slower = f"{100 * (killed + later.count('killed')) / counted:.0f} %"
