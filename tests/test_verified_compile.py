@@ -264,6 +264,24 @@ def test_lowering_verdicts_on_both_families():
         assert all(i.lowering_verification.max_lsb <= 1 for i in infos)
         npu = {i.npu_verification.status for i in infos}
         assert npu == {"verified"}, npu
+        # conv, relu, average pool: numerics.tosa_fast computes the TOSA outputs
+        assert {i.npu_verification.reference_engine for i in infos} == {"numpy"}
+
+
+def test_a_graph_outside_the_fast_evaluator_is_run_by_the_reference_model():
+    """A nearest resize (TOSA RESIZE, not in ``tosa_fast.OPS``): the reference model computes
+    the TOSA outputs, the verdict says so and why, and the partition is verified."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Upsample(scale_factor=2))
+    x = (torch.randn(1, 3, 8, 8),)
+    edge, _ = _lower(model, x, EthosUNGCompileSpec("ethos-u55-128"), [x])
+    (info,) = [
+        m.meta.get("_delegate_info_meta")
+        for _, m in edge.exported_program().graph_module.named_children()
+        if hasattr(m, "processed_bytes")
+    ]
+    assert info.npu_verification.status == "verified"
+    assert info.npu_verification.reference_engine == "reference model (op RESIZE)"
 
 
 class TokenMixer(nn.Module):

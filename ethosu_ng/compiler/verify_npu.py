@@ -35,6 +35,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.numerics import tosa_fast
 from ethosu_ng.tensor_spec import TensorSpec
 from ethosu_ng.vela.compiler import VelaError, VelaResult
 
@@ -105,6 +106,7 @@ class NpuVerdict:
     seconds: float = 0.0  # on the compile's critical path: waiting for the reference, the model
     reference_seconds: float = 0.0  # the TOSA reference model's own time, beside Vela
     reference_cpu_seconds: float = 0.0  # its CPU time (0 when no Vela zygote ran it)
+    reference_engine: str = ""  # ``Reference.engine``: what computed the TOSA outputs
     model_cpu_seconds: float = 0.0  # the NPU model's CPU time
     retried_with: List[str] = field(default_factory=list)  # Vela flags that made it verify
     sample_range: str = "full"  # the inputs' range: "full", or the fallback range as "[lo, hi]"
@@ -165,6 +167,9 @@ class Reference:
     ranges: List[str] = field(default_factory=lambda: ["full"])  # each pair's range, in order
     pairs: List[List[List[np.ndarray]]] = field(default_factory=list)  # each range's samples
     sample_range: str = "full"  # the range of ``samples``
+    # what computed ``outputs``: "numpy" (numerics.tosa_fast), "reference model", or both (a
+    # sample the evaluator left to the reference); why the evaluator did not cover the graph
+    engine: str = ""
 
     @classmethod
     def start(
@@ -234,28 +239,49 @@ def start_reference(
 # The reference model holds the GIL while it runs (measured: a waiting thread got 4 turns in
 # 6 s), which would stall the lowering of the next partition; so it runs in a child process
 # forked from the Vela zygote, like Vela.
-# Each range's pair in turn, until the reference runs every sample of one (exit 0, its index
-# in the output); exit 4 when every pair has an unpredictable sample.
+# Each range's pair in turn, until every sample of one runs (exit 0, its index in the output);
+# exit 4 when every pair has an unpredictable sample. A graph ``numerics.tosa_fast`` covers is
+# evaluated there (loaded by its path: the package's import would bring torch into the child);
+# a sample it cannot decide (a REQUIRE fails) goes to the reference model, which decides.
 _REFERENCE_MAIN = r"""
+import importlib.util
 import sys
 import numpy as np
 import tosa_reference_model as ref
 with open(sys.argv[1], "rb") as f:
     graph = f.read()
 ins = np.load(sys.argv[2])
+spec = importlib.util.spec_from_file_location("tosa_fast", sys.argv[4])
+fast = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(fast)
+covered, why = fast.covers(graph)
+parsed = fast._Graph(graph) if covered else None
+engines = set()
 for r in range(int(ins["ranges"])):
     outs = {"range": np.int64(r)}
     for s in range(int(ins["samples"])):
         arrays = [np.ascontiguousarray(ins[f"r{r}_s{s}_{k}"]) for k in range(int(ins["inputs"]))]
-        got, status = ref.run(graph, arrays, initialize_variable_tensor_from_numpy=True)
-        if status == ref.GraphStatus.TOSA_UNPREDICTABLE:
-            outs = None
-            break
-        if status != ref.GraphStatus.TOSA_VALID:
-            print(f"TOSA reference model rejected the graph: {status}")
-            sys.exit(3)
+        got = None
+        if parsed is not None:
+            try:
+                got = fast.run_graph(parsed, arrays)
+                engines.add("numpy")
+            except fast.OutsideSpec:
+                pass
+            except fast.NotCovered as e:
+                parsed, why = None, str(e)
+        if got is None:
+            got, status = ref.run(graph, arrays, initialize_variable_tensor_from_numpy=True)
+            engines.add("reference model")
+            if status == ref.GraphStatus.TOSA_UNPREDICTABLE:
+                outs = None
+                break
+            if status != ref.GraphStatus.TOSA_VALID:
+                print(f"TOSA reference model rejected the graph: {status}")
+                sys.exit(3)
         outs.update({f"s{s}_{j}": np.asarray(a) for j, a in enumerate(got)})
     if outs is not None:
+        outs["engine"] = np.array(" + ".join(sorted(engines)) + (f" ({why})" if why else ""))
         np.savez(sys.argv[3], **outs)
         sys.exit(0)
 sys.exit(4)
@@ -286,7 +312,9 @@ def _run_tosa_all(tosa: bytes, pairs, reference: Optional[Reference] = None):
         n_samples = len(pairs[0])
         n_in = len(pairs[0][0]) if n_samples else 0
         np.savez(ins, ranges=len(pairs), samples=n_samples, inputs=n_in, **arrays)
-        run = run_vela(_REFERENCE_MAIN, [graph, ins, outs], tmp, REFERENCE_TIMEOUT_S)
+        run = run_vela(
+            _REFERENCE_MAIN, [graph, ins, outs, tosa_fast.__file__], tmp, REFERENCE_TIMEOUT_S
+        )
         if run.returncode == 4:
             ranges = reference.ranges if reference is not None else []
             raise OutsideDomain(
@@ -298,11 +326,13 @@ def _run_tosa_all(tosa: bytes, pairs, reference: Optional[Reference] = None):
             raise RuntimeError(f"exit {run.returncode}: {last}")
         with np.load(outs) as got:
             used = int(got["range"])
+            engine = str(got["engine"])
             n_out = sum(1 for k in got.files if k.startswith("s0_"))
             result = [[got[f"s{s}_{j}"] for j in range(n_out)] for s in range(n_samples)]
     if reference is not None:
         reference.samples = pairs[used]
         reference.sample_range = reference.ranges[used]
+        reference.engine = engine
     return result, time.perf_counter() - t0, run.cpu_seconds or 0.0
 
 
@@ -353,6 +383,7 @@ def verify(
     except Exception as e:  # noqa: BLE001 - a graph the reference rejects cannot be checked
         return NpuVerdict("skipped", f"TOSA reference model: {type(e).__name__}: {e}")
     verdict.sample_range = reference.sample_range
+    verdict.reference_engine = reference.engine
     for k, (arrays, want) in enumerate(zip(reference.samples, tosa_runs)):
         cpu0 = time.thread_time()
         try:

@@ -262,7 +262,9 @@ def _verdict_text(v: Optional[Dict[str, Any]]) -> str:
         return f"skipped: {v['reason']}"
     text = (
         f"{v['status']}: {v['samples']} input sample(s), max difference {v['max_diff']}, "
-        f"{v['seconds']:.2f} s (TOSA reference {v.get('reference_seconds', 0):.2f} s beside Vela)"
+        f"{v['seconds']:.2f} s (TOSA reference {v.get('reference_seconds', 0):.2f} s beside Vela"
+        + (f", by {v['reference_engine']}" if v.get("reference_engine") else "")
+        + ")"
     )
     if v.get("retried_with"):
         text += f" (Vela {' '.join(v['retried_with'])})"
