@@ -113,6 +113,7 @@ TARGETS: Dict[str, Target] = {
             pytest=[
                 "tests/test_seed000_split_boundary_is_integer.py",
                 "tests/test_seed004_integer_program_io.py",
+                "tests/test_float_boundary_tensors.py",
             ],
         ),
         Target(
@@ -121,6 +122,8 @@ TARGETS: Dict[str, Target] = {
             pytest=[
                 "tests/test_seed000_split_boundary_is_integer.py",
                 "tests/test_culprit_search.py",
+                "tests/test_quantized_islands.py",
+                "tests/test_bool_boundary.py",
             ],
         ),
         Target(
