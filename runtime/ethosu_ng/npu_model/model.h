@@ -23,6 +23,22 @@ namespace ethosu_ng {
 namespace npu_model {
 namespace detail {
 
+// Exact dot product of `a` (int16) and 9-bit weights `b` (dot.cpp): the
+// convolutions' inner product wherever every IFM value fits 16 bits.
+int64_t dot16(const int16_t* a, const int16_t* b, int n);
+
+// ``in`` as int16 in ``in16`` when every value fits (false otherwise, ``in16``
+// untouched).
+inline bool narrow_ifm(const std::vector<int32_t>& in, std::vector<int16_t>& in16) {
+  for (const int32_t v : in) {
+    if (v < INT16_MIN || v > INT16_MAX) {
+      return false;
+    }
+  }
+  in16.assign(in.begin(), in.end());
+  return true;
+}
+
 // Round modes of OFM_PRECISION / IFM_PRECISION bits 14..15.
 constexpr int kRoundDbl = 0; // double rounding (Vela: TFL)
 constexpr int kRoundTruncate = 1;

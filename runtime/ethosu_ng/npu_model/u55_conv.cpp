@@ -300,13 +300,38 @@ Error Model::op_conv(bool depthwise) {
     stats_->macs += macs;
     ++stats_->ops;
   }
+  std::vector<int16_t> in16;
+  const bool narrow = !depthwise && narrow_ifm(in, in16);
+  // A narrow convolution takes each output's window as one int16 row laid out
+  // as a weight row ([ky][kx][ic], zero where the window is in the padding):
+  // one long dot product per output channel instead of one per kernel tap.
+  const size_t row = static_cast<size_t>(kh) * kw * ifm.c;
+  std::vector<int16_t> window(narrow ? row : 0);
   std::vector<int64_t> acc(ofm.c);
   for (int oy = 0; oy < ofm.h; ++oy) {
     for (int ox = 0; ox < ofm.w; ++ox) {
       for (int c = 0; c < ofm.c; ++c) {
         acc[c] = bias[c];
       }
-      for (int ky = 0; ky < kh; ++ky) {
+      if (narrow) {
+        int16_t* w = window.data();
+        for (int ky = 0; ky < kh; ++ky) {
+          const int iy = oy * stride_y - pt + ky * dil_y;
+          for (int kx = 0; kx < kw; ++kx, w += ifm.c) {
+            const int ix = ox * stride_x - pl + kx * dil_x;
+            if (iy < 0 || iy >= ifm.h || ix < 0 || ix >= ifm.w) {
+              std::fill(w, w + ifm.c, int16_t{0});
+            } else {
+              const int16_t* px16 = &in16[(static_cast<size_t>(iy) * ifm.w + ix) * ifm.c];
+              std::copy(px16, px16 + ifm.c, w);
+            }
+          }
+        }
+        for (int oc = 0; oc < ofm.c; ++oc) {
+          acc[oc] += dot16(window.data(), &W[static_cast<size_t>(oc) * row], static_cast<int>(row));
+        }
+      }
+      for (int ky = 0; !narrow && ky < kh; ++ky) {
         const int iy = oy * stride_y - pt + ky * dil_y;
         if (iy < 0 || iy >= ifm.h) {
           continue;

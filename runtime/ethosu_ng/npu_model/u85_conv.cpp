@@ -175,21 +175,6 @@ uint64_t u85_stream_positions(const U85WeightLayout& L) {
   return total;
 }
 
-// Exact dot product of `a` (int16) and 9-bit weights `b`: int32 partial sums
-// over 128 elements (|sum| <= 2^15 * 2^8 * 2^7 = 2^30), added up in 64 bits.
-int64_t dot16(const int16_t* a, const int16_t* b, int n) {
-  int64_t total = 0;
-  for (int base = 0; base < n; base += 128) {
-    const int end = std::min(n, base + 128);
-    int32_t s = 0;
-    for (int i = base; i < end; ++i) {
-      s += int32_t{a[i]} * int32_t{b[i]};
-    }
-    total += s;
-  }
-  return total;
-}
-
 // OFM micro-block height x width of ACC_FORMAT's microblock field.
 const int kMicroblockHW[6][2] = {{1, 1}, {1, 2}, {1, 4}, {2, 2}, {2, 4}, {4, 4}};
 
@@ -489,20 +474,37 @@ Error Model::u85_conv(bool depthwise) {
   // The inner products in 16 x 16 -> 32 bits (what compilers vectorize) when
   // every IFM value fits 16 bits; exact either way.
   std::vector<int16_t> in16;
-  bool narrow = !depthwise;
-  for (size_t k = 0; narrow && k < in.size(); ++k) {
-    narrow = in[k] >= INT16_MIN && in[k] <= INT16_MAX;
-  }
-  if (narrow) {
-    in16.assign(in.begin(), in.end());
-  }
+  const bool narrow = !depthwise && narrow_ifm(in, in16);
+  // A narrow convolution takes each output's window as one int16 row laid out
+  // as a weight row ([ky][kx][ic], zero where the window is in the padding):
+  // one long dot product per output channel instead of one per kernel tap.
+  const size_t row = static_cast<size_t>(kh) * kw * ifm.c;
+  std::vector<int16_t> window(narrow ? row : 0);
   std::vector<int64_t> accv(ofm.c);
   for (int oy = 0; oy < ofm.h; ++oy) {
     for (int ox = 0; ox < ofm.w; ++ox) {
       for (int c = 0; c < ofm.c; ++c) {
         accv[c] = bias[c];
       }
-      for (int ky = 0; ky < kh; ++ky) {
+      if (narrow) {
+        int16_t* w = window.data();
+        for (int ky = 0; ky < kh; ++ky) {
+          const int iy = oy * stride_y - pt + ky * dil_y;
+          for (int kx = 0; kx < kw; ++kx, w += ifm.c) {
+            const int ix = ox * stride_x - pl + kx * dil_x;
+            if (iy < 0 || iy >= ifm.h || ix < 0 || ix >= ifm.w) {
+              std::fill(w, w + ifm.c, int16_t{0});
+            } else {
+              const int16_t* px16 = &in16[(static_cast<size_t>(iy) * ifm.w + ix) * ifm.c];
+              std::copy(px16, px16 + ifm.c, w);
+            }
+          }
+        }
+        for (int oc = 0; oc < ofm.c; ++oc) {
+          accv[oc] += dot16(window.data(), &W[static_cast<size_t>(oc) * row], static_cast<int>(row));
+        }
+      }
+      for (int ky = 0; !narrow && ky < kh; ++ky) {
         const int iy = oy * stride_y - pt + ky * dil_y;
         if (iy < 0 || iy >= ifm.h) {
           continue;
@@ -516,12 +518,6 @@ Error Model::u85_conv(bool depthwise) {
           if (depthwise) {
             for (int c = 0; c < ofm.c; ++c) {
               accv[c] += int64_t{px[c]} * W[(static_cast<size_t>(c) * kh + ky) * kw + kx];
-            }
-          } else if (narrow) {
-            const int16_t* px16 = &in16[(static_cast<size_t>(iy) * ifm.w + ix) * ifm.c];
-            for (int oc = 0; oc < ofm.c; ++oc) {
-              accv[oc] += dot16(px16, &W[((static_cast<size_t>(oc) * kh + ky) * kw + kx) * ifm.c],
-                                ifm.c);
             }
           } else {
             for (int oc = 0; oc < ofm.c; ++oc) {
