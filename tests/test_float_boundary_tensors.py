@@ -37,6 +37,8 @@ def _lowered(module, inputs):
 
 
 def _sample(dtype):
+    if dtype == torch.bool:
+        return torch.rand(2, 3) > 0.5
     if dtype.is_floating_point:
         return torch.randn(2, 3).to(dtype)
     return torch.randint(0, 5, (2, 3), dtype=dtype)
@@ -68,3 +70,38 @@ def test_an_integer_delegate_crosses_clean(dtype):
     delegates = [n for n in program.graph_module.graph.nodes if "call_delegate" in str(n.target)]
     assert delegates, "the demo partitioner delegated nothing: the test would prove nothing"
     assert float_boundary_tensors(program) == []
+
+
+@pytest.mark.parametrize(
+    "dtype, bool_crosses, expect",
+    [
+        (torch.float32, False, "is torch.float32 from outside the partition"),
+        (torch.float16, True, "is torch.float16 from outside the partition"),
+        (torch.bool, False, "is torch.bool from outside the partition (the target has no bool"),
+        (torch.bool, True, None),
+        (torch.int8, False, None),
+    ],
+)
+def test_the_contract_excludes_a_node_reading_what_may_not_cross(dtype, bool_crosses, expect):
+    """A partition of the second op alone: its input comes from outside. The contract names it
+    where that dtype may not cross, and shrinking removes the node; an integer (or, where the
+    target has bool tensors, a bool) input may cross."""
+    from ethosu_ng.partitioning.boundary import BoundaryContract
+
+    class TwoOps(torch.nn.Module):
+        def forward(self, x):
+            y = torch.logical_not(x) if dtype == torch.bool else x + x
+            return torch.logical_not(y) if dtype == torch.bool else y * y
+
+    program = to_edge(torch.export.export(TwoOps(), (_sample(dtype),))).exported_program()
+    ops = [n for n in program.graph_module.graph.nodes if n.op == "call_function"]
+    second = ops[-1]
+    contract = BoundaryContract(program, bool_crosses=bool_crosses)
+    why = contract.why_excluded(second, {second})
+    if expect is None:
+        assert why is None
+        assert contract.shrink({second}) == {}
+    else:
+        assert why is not None and expect in why and ops[0].name in why, why
+        part = {second}
+        assert contract.shrink(part) == {second: why} and part == set()
