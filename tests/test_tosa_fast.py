@@ -250,29 +250,14 @@ def test_pools(win, dtype, op, seed):
     n, h, w, c, kh, kw, stride, _, pad, oh, ow = win
     b = G()
     x = b.input([n, h, w, c], dtype)
+    window = dict(kernel=[kh, kw], stride=stride, pad=pad)
     if op == "AVG_POOL2D":
         zps = [int(v) for v in rng.integers(-128, 128, 2)] if dtype == "INT8" else [0, 0]
-        b.op(
-            op,
-            [x, b.const([zps[0]], dtype), b.const([zps[1]], dtype)],
-            [n, oh, ow, c],
-            dtype,
-            kernel=[kh, kw],
-            stride=stride,
-            pad=pad,
-            acc_type=ts.DType.INT32,
-        )
+        inputs = [x, b.const([zps[0]], dtype), b.const([zps[1]], dtype)]
+        b.op(op, inputs, [n, oh, ow, c], dtype, **window, acc_type=ts.DType.INT32)
     else:
-        b.op(
-            op,
-            [x],
-            [n, oh, ow, c],
-            dtype,
-            kernel=[kh, kw],
-            stride=stride,
-            pad=pad,
-            nan_mode=ts.NanPropagationMode.PROPAGATE,
-        )
+        nan = ts.NanPropagationMode.PROPAGATE
+        b.op(op, [x], [n, oh, ow, c], dtype, **window, nan_mode=nan)
     check(b.tosa(), [_draw_input(rng, [n, h, w, c], dtype)])
 
 

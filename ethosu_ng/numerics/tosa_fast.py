@@ -198,29 +198,32 @@ def _out_shape(g: _Graph, name: str, got: Tuple[int, ...], op: str) -> None:
         raise NotCovered(f"{op} output {name}: declared {g.shape[name]}, computed {got}")
 
 
-def _conv2d(g, ins, outs, a, v):
+def _conv_operands(ins, a, v, kernel_axes):
+    """A convolution's input windows and weights, zero points subtracted, and its bias."""
     x, w, bias = (v[n].astype(np.int64) for n in ins[:3])
     izp, wzp = _scalar(v[ins[3]]), _scalar(v[ins[4]])
-    oc, kh, kw, ic = w.shape
+    kh, kw = (w.shape[k] for k in kernel_axes)
     win = _patches(x - izp, kh, kw, a["Stride"], a["Dilation"], a["Pad"], 0)
+    return win, w - wzp, bias.reshape(-1)
+
+
+def _conv2d(g, ins, outs, a, v):
+    win, wk, bias = _conv_operands(ins, a, v, (1, 2))  # weights [OC, KH, KW, IC]
     n, oh, ow = win.shape[:3]
-    cols = win.reshape(n * oh * ow, kh * kw * ic)
-    acc = _exact_matmul(cols, (w - wzp).reshape(oc, -1).T).reshape(n, oh, ow, oc)
-    return acc + bias.reshape(-1)
+    cols = win.reshape(n * oh * ow, -1)
+    acc = _exact_matmul(cols, wk.reshape(wk.shape[0], -1).T).reshape(n, oh, ow, -1)
+    return acc + bias
 
 
 def _depthwise_conv2d(g, ins, outs, a, v):
-    x, w, bias = (v[n].astype(np.int64) for n in ins[:3])
-    izp, wzp = _scalar(v[ins[3]]), _scalar(v[ins[4]])
-    kh, kw, c, m = w.shape
-    win = _patches(x - izp, kh, kw, a["Stride"], a["Dilation"], a["Pad"], 0)
+    win, wk, bias = _conv_operands(ins, a, v, (0, 1))  # weights [KH, KW, C, M]
+    kh, kw, c, m = wk.shape
     n, oh, ow = win.shape[:3]
     acc = np.zeros((n, oh, ow, c, m), dtype=np.int64)
-    wk = w - wzp
     for ky in range(kh):
         for kx in range(kw):
             acc += win[:, :, :, ky, kx, :, None] * wk[ky, kx]
-    return acc.reshape(n, oh, ow, c * m) + bias.reshape(-1)
+    return acc.reshape(n, oh, ow, c * m) + bias
 
 
 def _matmul(g, ins, outs, a, v):
