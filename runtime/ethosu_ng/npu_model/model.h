@@ -27,6 +27,12 @@ namespace detail {
 // convolutions' inner product wherever every IFM value fits 16 bits.
 int64_t dot16(const int16_t* a, const int16_t* b, int n);
 
+// The window of one convolution output over an NHWC int16 IFM of h x w x c,
+// its top-left tap at (y0, x0), as one row [ky][kx][c] (a weight row's
+// layout), zero where a tap falls outside the IFM (dot.cpp).
+void gather_window(const int16_t* in, int h, int w, int c, int y0, int x0, int kh, int kw,
+                   int dil_y, int dil_x, int16_t* row);
+
 // ``in`` as int16 in ``in16`` when every value fits (false otherwise, ``in16``
 // untouched).
 inline bool narrow_ifm(const std::vector<int32_t>& in, std::vector<int16_t>& in16) {

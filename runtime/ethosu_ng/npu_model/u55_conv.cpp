@@ -314,19 +314,8 @@ Error Model::op_conv(bool depthwise) {
         acc[c] = bias[c];
       }
       if (narrow) {
-        int16_t* w = window.data();
-        for (int ky = 0; ky < kh; ++ky) {
-          const int iy = oy * stride_y - pt + ky * dil_y;
-          for (int kx = 0; kx < kw; ++kx, w += ifm.c) {
-            const int ix = ox * stride_x - pl + kx * dil_x;
-            if (iy < 0 || iy >= ifm.h || ix < 0 || ix >= ifm.w) {
-              std::fill(w, w + ifm.c, int16_t{0});
-            } else {
-              const int16_t* px16 = &in16[(static_cast<size_t>(iy) * ifm.w + ix) * ifm.c];
-              std::copy(px16, px16 + ifm.c, w);
-            }
-          }
-        }
+        gather_window(in16.data(), ifm.h, ifm.w, ifm.c, oy * stride_y - pt, ox * stride_x - pl,
+                      kh, kw, dil_y, dil_x, window.data());
         for (int oc = 0; oc < ofm.c; ++oc) {
           acc[oc] += dot16(window.data(), &W[static_cast<size_t>(oc) * row], static_cast<int>(row));
         }
