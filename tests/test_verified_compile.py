@@ -12,6 +12,7 @@ A planted wrong stream (one weight byte flipped after Vela) is caught the same w
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -266,6 +267,42 @@ def test_lowering_verdicts_on_both_families():
         assert npu == {"verified"}, npu
         # conv, relu, average pool: numerics.tosa_fast computes the TOSA outputs
         assert {i.npu_verification.reference_engine for i in infos} == {"numpy"}
+
+
+def test_a_fault_of_the_fast_evaluator_leaves_the_answer_to_the_reference_model(
+    monkeypatch, tmp_path
+):
+    """An evaluator that raises something it should not (here a planted ``RuntimeError``): the
+    reference model computes the TOSA outputs, the verdict names the fault, and the partition is
+    verified, not skipped."""
+    import types
+
+    from ethosu_ng.numerics import tosa_fast
+
+    broken = tmp_path / "tosa_fast_broken.py"
+    source = Path(tosa_fast.__file__).read_text()
+    broken.write_text(
+        source.replace(
+            "def run_graph(g: _Graph, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:\n",
+            "def run_graph(g: _Graph, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:\n"
+            '    raise RuntimeError("planted")\n',
+        )
+    )
+    monkeypatch.setattr(verify_npu, "tosa_fast", types.SimpleNamespace(__file__=str(broken)))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU())
+    x = (torch.randn(1, 3, 8, 8),)
+    edge, _ = _lower(model, x, EthosUNGCompileSpec("ethos-u55-128"), [x])
+    (info,) = [
+        m.meta.get("_delegate_info_meta")
+        for _, m in edge.exported_program().graph_module.named_children()
+        if hasattr(m, "processed_bytes")
+    ]
+    v = info.npu_verification
+    assert v.status == "verified", v
+    assert v.reference_engine == (
+        "reference model (numpy evaluator raised RuntimeError: planted)"
+    ), v.reference_engine
 
 
 def test_a_graph_outside_the_fast_evaluator_is_run_by_the_reference_model():

@@ -321,6 +321,8 @@ def _rescale(g, ins, outs, a, v):
         lo, hi = 0, (1 << bits) - 1
     if lo is None:
         raise NotCovered(f"RESCALE to {out_t}")
+    if in_t == "INT48" and a["Scale32"]:
+        raise NotCovered("RESCALE of INT48 with scale32 (an invalid graph: the reference says so)")
     _require(in_t == "INT8" or a["InputUnsigned"] or izp == 0, "RESCALE: an input zero point")
     _require(out_t == "INT8" or a["OutputUnsigned"] or ozp == 0, "RESCALE: an output zero point")
     from tosa.RoundingMode import RoundingMode
