@@ -35,10 +35,19 @@ class Builder:
         self.g.outputs.append(name)
 
     def const(self, values, dtype) -> str:
-        arr = np.asarray(values, dtype=_NP[dtype])
-        name = self._tensor("const", arr.shape, dtype, list(arr.tobytes()))
+        if dtype == "INT48":  # 6 little-endian bytes a value
+            arr = np.asarray(values, dtype=np.int64)
+            raw = b"".join(int(v).to_bytes(6, "little", signed=True) for v in arr.ravel())
+        else:
+            arr = np.asarray(values, dtype=np.dtype(_NP[dtype]).newbyteorder("<"))
+            raw = arr.tobytes()
+        name = self._tensor("const", arr.shape, dtype, list(raw))
         self.g.ops.append(Operator("CONST", [], [name], source=name))
         return name
+
+    def op(self, op, inputs, shape, dtype, **attr) -> str:
+        """Any operator, its attributes as the serializer's builder names them."""
+        return self._op(op, inputs, shape, dtype, attr)
 
     def _op(self, op, inputs, shape, dtype, attr=None) -> str:
         out = self._tensor(op.lower(), shape, dtype)

@@ -7,90 +7,47 @@ verified compile asks the reference model instead."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import tosa_reference_model as refmodel
 import tosa_serializer as ts
+from _tosa_builder import Builder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ethosu_ng.numerics import tosa_fast
-from ethosu_ng.tosa_optimize.graph import Graph, Operator, ShapeValue, Tensor, write
 
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 _NP = {"INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT48": np.int64}
 _RANGE = {"INT8": (-128, 127), "INT16": (-32768, 32767), "INT32": (-(2**31), 2**31 - 1)}
 
 
-class G:
-    """A one-block TOSA graph written through the TOSA optimiser's IR."""
+class G(Builder):
+    """Every op's result is a graph output (an INT48 one read through a RESCALE to int32: the
+    reference model cannot return INT48), unless ``keep``."""
 
-    def __init__(self):
-        self.g = Graph({}, {}, [], [], [], (1, 0, 0, False))
-        self.n = 0
-        self.int48_shift = 2
-
-    def _name(self, base):
-        self.n += 1
-        return f"{base}_{self.n}"
-
-    def input(self, shape, dtype):
-        name = self._name("in")
-        self.g.tensors[name] = Tensor(name, list(shape), dtype)
-        self.g.inputs.append(name)
-        return name
-
-    def const(self, values, dtype):
-        arr = np.asarray(values)
-        if dtype == "INT48":
-            raw = b"".join(int(v).to_bytes(6, "little", signed=True) for v in arr.ravel())
-        else:
-            raw = arr.astype(np.dtype(_NP[dtype]).newbyteorder("<")).tobytes()
-        name = self._name("c")
-        self.g.tensors[name] = Tensor(name, list(arr.shape), dtype, list(raw))
-        self.g.ops.append(Operator("CONST", [], [name]))
-        return name
-
-    def shape_const(self, values):
-        name = self._name("s")
-        vals = np.asarray(values, dtype="<i8")
-        self.g.shapes[name] = ShapeValue(name, len(vals), list(vals.tobytes()))
-        self.g.ops.append(Operator("CONST_SHAPE", [], [name]))
-        return name
+    int48_shift = 2
 
     def op(self, op, inputs, shape, dtype, keep=False, **attr):
-        """``keep``: an INT48 result read by a later op, not an output."""
-        out = self._name(op.lower())
-        self.g.tensors[out] = Tensor(out, list(shape), dtype)
-        self.g.ops.append(Operator(op, list(inputs), [out], attr))
+        out = super().op(op, inputs, shape, dtype, **attr)
         if keep:
             return out
-        if dtype == "INT48":
-            # the reference model cannot return an INT48 tensor: read it through a RESCALE
-            # to int32 (scale32 off, as for an int16 convolution's result)
+        if dtype == "INT48":  # scale32 off, as for an int16 convolution's result
+            params = [self.const([1], "INT16"), self.const([self.int48_shift], "INT8")]
+            zps = [self.const([0], "INT48"), self.const([0], "INT32")]
             self.op(
-                "RESCALE",
-                [
-                    out,
-                    self.const([1], "INT16"),
-                    self.const([self.int48_shift], "INT8"),
-                    self.const([0], "INT48"),
-                    self.const([0], "INT32"),
-                ],
-                shape,
-                "INT32",
-                scale32=False,
-                rounding_mode=ts.RoundingMode.SINGLE_ROUND,
-                per_channel=False,
-                input_unsigned=False,
-                output_unsigned=False,
-            )
+                "RESCALE", [out, *params, *zps], shape, "INT32", scale32=False,
+                rounding_mode=ts.RoundingMode.SINGLE_ROUND, per_channel=False,
+                input_unsigned=False, output_unsigned=False,
+            )  # fmt: skip
         else:
-            self.g.outputs.append(out)
+            self.output(out)
         return out
 
-    def tosa(self):
-        return write(self.g)
+    def shape_const(self, values):
+        return self._const_shape(values)
 
 
 def _draw_input(rng, shape, dtype, lo=None, hi=None):
@@ -482,3 +439,104 @@ def test_the_partitions_of_small_cnns_agree(target):
 )
 def test_the_partitions_of_the_zoo_cnns_agree(model, target):
     _partitions_agree(model, None, target)
+
+
+@given(
+    st.sampled_from(["INT8", "INT16"]),
+    st.sampled_from(["INT8", "INT16", "INT32"]),
+    st.integers(0, 2**31 - 1) | st.sampled_from([0, 1, 1 << 30, 2**31 - 1]),
+    st.integers(-2, 64),
+    st.integers(-128, 127),
+    st.integers(-128, 127),
+)
+@settings(max_examples=300, **SETTINGS)
+def test_the_rescale_rewrites_compute_a_rescale_as_the_evaluator_does(
+    in_t, out_t, multiplier, shift, in_zp, out_zp
+):
+    """``tosa_optimize``'s ``apply_rescale`` (which decides whether a rewrite is exact) and this
+    evaluator's RESCALE are two codings of one formula: over the input type's whole domain they
+    agree wherever the first gives an answer, and where the evaluator finds a REQUIRE failing
+    the first gives none."""
+    from ethosu_ng.tosa_optimize.rewrites._rescale import apply_rescale
+
+    in_zp = in_zp if in_t == "INT8" else 0
+    out_zp = out_zp if out_t == "INT8" else 0
+    lo, hi = _RANGE[in_t]
+    domain = np.arange(lo, hi + 1, dtype=np.int64)
+    b = G()
+    x = b.input([domain.size], in_t)
+    b.op(
+        "RESCALE",
+        [x, b.const([multiplier], "INT32"), b.const([min(max(shift, -128), 127)], "INT8"),
+         b.const([in_zp], in_t), b.const([out_zp], out_t)],
+        [domain.size], out_t, scale32=True, rounding_mode=ts.RoundingMode.SINGLE_ROUND,
+        per_channel=False, input_unsigned=False, output_unsigned=False,
+    )  # fmt: skip
+    want = apply_rescale(domain, multiplier, shift, in_zp, out_zp, out_t)
+    try:
+        (got,) = tosa_fast.run(b.tosa(), [domain.astype(_NP[in_t])])
+    except tosa_fast.OutsideSpec:
+        assert want is None
+        return
+    if want is not None:
+        assert np.array_equal(got.astype(np.int64), want)
+
+
+@st.composite
+def small_cnns(draw):
+    """A convolutional block as vision models write one: a convolution (any kernel, stride,
+    padding, dilation; plain, grouped or depthwise), an activation, a pooling (average with or
+    without the padding counted, ceil mode or not; max), a residual add, a linear head."""
+    import torch
+    from torch import nn
+
+    cin, h, w = draw(st.integers(1, 6)), draw(st.integers(5, 14)), draw(st.integers(5, 14))
+    k, stride, dil = draw(st.integers(1, 4)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    groups = draw(st.sampled_from(["plain", "depthwise", "grouped"]))
+    cout = cin if groups == "depthwise" else draw(st.integers(1, 10))
+    g = {"plain": 1, "depthwise": cin, "grouped": 1 if cin % 2 or cout % 2 else 2}[groups]
+    pad = draw(st.integers(0, k // 2))
+    act = draw(st.sampled_from(["relu", "relu6", "hardswish", "sigmoid", "silu", "none"]))
+    pool = draw(st.sampled_from(["avg", "avg_exclude_pad", "max", "none"]))
+    pk = draw(st.integers(2, 3))
+    ceil = draw(st.booleans())
+    residual, head = draw(st.booleans()), draw(st.booleans())
+    acts = {"relu": nn.ReLU(), "relu6": nn.ReLU6(), "hardswish": nn.Hardswish(),
+            "sigmoid": nn.Sigmoid(), "silu": nn.SiLU(), "none": nn.Identity()}  # fmt: skip
+    pools = {
+        "avg": nn.AvgPool2d(pk, 1, pk // 2, ceil_mode=ceil),
+        "avg_exclude_pad": nn.AvgPool2d(pk, 1, pk // 2, ceil_mode=ceil, count_include_pad=False),
+        "max": nn.MaxPool2d(pk, 1, pk // 2, ceil_mode=ceil),
+        "none": nn.Identity(),
+    }
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(cin, cout, k, stride, pad, dil, groups=g)
+            self.act, self.pool = acts[act], pools[pool]
+            self.fc = nn.Linear(cout, 5)
+
+        def forward(self, x):
+            y = self.act(self.conv(x))
+            z = self.pool(y)
+            if residual and z.shape == y.shape:
+                z = z + y
+            return self.fc(z.mean((2, 3))) if head else z
+
+    torch.manual_seed(draw(st.integers(0, 2**16)))
+    model = Block().eval()
+    if (h + 2 * pad - dil * (k - 1) - 1) // stride + 1 < 1 or (
+        w + 2 * pad - dil * (k - 1) - 1
+    ) // stride + 1 < 1:
+        model.conv.padding = (k * dil, k * dil)
+    return model, (torch.randn(1, cin, h, w),)
+
+
+@given(small_cnns(), st.sampled_from(["ethos-u55-128", "ethos-u85-256"]))
+@settings(max_examples=int(os.environ.get("ETHOSU_NG_TOSA_FAST_CNNS", "6")), **SETTINGS)
+def test_drawn_convolutional_blocks_are_covered_and_agree(case, target):
+    """The class the evaluator is for, drawn: every delegate of a lowered convolutional block is
+    covered, and its outputs equal the reference model's on the verified compile's pair."""
+    model, example = case
+    _partitions_agree(model, example, target)

@@ -3,21 +3,26 @@
 reference model: the verified compile's reference for the graphs it covers.
 
 tosa-tools' reference model runs an int8 convolution at about 0.4 G multiply-accumulates a
-second (resnet18 at 224x224: 4.8 s a sample, two thirds of the verified compile). Here a
+second (resnet18 at 224x224: about 5 s a sample, `bench/tosa_fast.py`; two thirds of the
+verified compile). Here a
 convolution is one float64 matrix product over the im2col of its input, exact because every
 product and partial sum is an integer below 2**53 (checked per op from the operand ranges; an
 int64 product otherwise). Every other op is a few numpy calls.
 
-``run`` evaluates a graph whose ops are all in ``OPS`` (``covers`` says whether one is) and
-raises ``OutsideSpec`` where the specification's REQUIRE fails on a value (a RESCALE input
-beyond its shift's range, an int32 result that does not fit): the reference model calls such a
-run unpredictable, and the caller asks it for its verdict. Its outputs are what the reference
-model returns (the output tensors' dtypes; INT48 as int64). tests/test_tosa_fast.py checks every
-op against the reference model over drawn shapes and parameters, and whole partitions of real
-models.
+``load`` reads a graph whose ops are all in ``OPS`` (or names the first thing it lacks),
+``run_graph`` runs it on inputs, ``run`` does both. A run raises ``OutsideSpec`` where the
+specification's REQUIRE fails on a value (a RESCALE input beyond its shift's range, an int32
+result that does not fit), naming the tensor: the reference model calls such a run
+unpredictable, and the caller asks it for its verdict. The outputs are what the reference model
+returns (the output tensors' dtypes; INT48 as int64). tests/test_tosa_fast.py checks every op
+against the reference model over drawn shapes and parameters, drawn small CNNs, and whole
+partitions of real models.
 
 Deliberately free of torch and of the rest of the package: it runs in the child process that
-otherwise runs the reference model (``compiler.verify_npu``), loaded by its path.
+otherwise runs the reference model (``compiler.verify_npu``), loaded by its path. So it reads
+the flatbuffer itself rather than through ``tosa_optimize.graph`` (whose serializer also copies
+every constant into a Python list) and has its own RESCALE arithmetic rather than
+``tosa_optimize``'s ``apply_rescale``; ``tests/test_tosa_fast.py`` checks that the two agree.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ def _enums():
             table.update({getattr(enum, k): k for k in dir(enum) if not k.startswith("_")})
 
 
-_NUMPY = {"BOOL": np.uint8, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32}
+_NUMPY = {"INT8": np.int8, "INT16": np.int16, "INT32": np.int32}
 _RANGE = {
     "INT8": (-(1 << 7), (1 << 7) - 1),
     "INT16": (-(1 << 15), (1 << 15) - 1),
@@ -245,7 +250,7 @@ def _avg_pool2d(g, ins, outs, a, v):
     for c in np.unique(count):
         k = (int(c) - 1).bit_length()
         multiplier[count == c], shift[count == c] = (((1 << 30) + 1) << k) // int(c), 30 + k
-    out = _apply_scale_32(acc, multiplier, shift, False, "AVG_POOL2D")
+    out = _apply_scale(acc, multiplier, shift, "AVG_POOL2D")
     lo, hi = _RANGE[g.dtype[outs[0]]]
     return np.clip(out + ozp, lo, hi)
 
@@ -259,47 +264,26 @@ def _max_pool2d(g, ins, outs, a, v):
     )
 
 
-def _apply_scale_32(value, multiplier, shift, double_round: bool, what: str) -> np.ndarray:
-    value, multiplier, shift = (np.asarray(t, dtype=np.int64) for t in (value, multiplier, shift))
-    _require(np.all(multiplier >= 0), f"{what}: a negative multiplier")
-    _require(np.all((shift >= 2) & (shift <= 62)), f"{what}: a shift outside [2, 62]")
-    half = np.left_shift(np.int64(1), shift - 1)
-    _require(np.all((value >= -half) & (value < half)), f"{what}: a value beyond 2**(shift - 1)")
-    rnd = half
-    if double_round:
-        rnd = np.where(shift > 31, np.where(value >= 0, rnd + (1 << 30), rnd - (1 << 30)), rnd)
-    return _product_shifted(value, multiplier, rnd, shift, what)
-
-
-def _apply_scale_16(value, multiplier, shift, what: str) -> np.ndarray:
+def _apply_scale(value, multiplier, shift, what: str, scale32=True, double_round=False):
+    """TOSA's apply_scale_32 (``scale32``) or apply_scale_16: ``(value * multiplier + round) >>
+    shift``, REQUIREs checked; only apply_scale_32 bounds ``value`` by the shift."""
     value, multiplier, shift = (np.asarray(t, dtype=np.int64) for t in (value, multiplier, shift))
     _require(np.all(multiplier >= 0), f"{what}: a negative multiplier")
     _require(np.all((shift >= 2) & (shift <= 62)), f"{what}: a shift outside [2, 62]")
     rnd = np.left_shift(np.int64(1), shift - 1)
-    return _product_shifted(value, multiplier, rnd, shift, what)
-
-
-def _product_shifted(value, multiplier, rnd, shift, what: str) -> np.ndarray:
-    """``(value * multiplier + rnd) >> shift`` in int64 where it cannot wrap (the operands'
-    ranges say so), in Python integers otherwise."""
+    if scale32:
+        _require(np.all((value >= -rnd) & (value < rnd)), f"{what}: a value beyond 2**(shift - 1)")
+    if double_round:
+        rnd = np.where(shift > 31, np.where(value >= 0, rnd + (1 << 30), rnd - (1 << 30)), rnd)
+    # int64 where the product cannot wrap (the operands' ranges say so), Python integers else
     big = int(np.abs(value).max(initial=0)) * int(np.max(multiplier, initial=0))
     if big + int(np.max(np.abs(rnd), initial=0)) < 1 << 63:
-        res = (value * multiplier + rnd) >> shift
-    else:
-        flat = np.broadcast_arrays(value, multiplier, rnd, shift)
-        res = np.array(
-            [
-                (int(x) * int(m) + int(r)) >> int(s)
-                for x, m, r, s in zip(*(f.ravel() for f in flat))
-            ],
-            dtype=object,
-        ).reshape(flat[0].shape)
-        _require(
-            all(_RANGE["INT32"][0] <= int(r) <= _RANGE["INT32"][1] for r in res.ravel()),
-            f"{what}: a result outside INT32",
-        )
-        res = res.astype(np.int64)
-    return _fits(res, "INT32", what)
+        return _fits((value * multiplier + rnd) >> shift, "INT32", what)
+    flat = [f.ravel() for f in np.broadcast_arrays(value, multiplier, rnd, shift)]
+    exact = np.array(
+        [(int(x) * int(m) + int(r)) >> int(k) for x, m, r, k in zip(*flat)], dtype=object
+    )
+    return _fits(exact, "INT32", what).astype(np.int64).reshape(np.broadcast(value, shift).shape)
 
 
 def _rescale(g, ins, outs, a, v):
@@ -332,12 +316,10 @@ def _rescale(g, ins, outs, a, v):
         raise NotCovered(f"RESCALE rounding mode {mode}")
     if not a["PerChannel"]:
         mult, shift = mult.reshape(-1)[:1], shift.reshape(-1)[:1]
-    value = x - izp
-    if a["Scale32"]:
-        double = mode == RoundingMode.DOUBLE_ROUND
-        out = _apply_scale_32(value, mult.reshape(-1), shift.reshape(-1), double, "RESCALE")
-    else:
-        out = _apply_scale_16(value, mult.reshape(-1), shift.reshape(-1), "RESCALE")
+    double = mode == RoundingMode.DOUBLE_ROUND
+    out = _apply_scale(
+        x - izp, mult.reshape(-1), shift.reshape(-1), "RESCALE", a["Scale32"], double
+    )
     out = np.clip(out + ozp, lo, hi)
     if a["OutputUnsigned"]:
         out = out.astype(np.int64)
@@ -467,28 +449,38 @@ _CONSTANT_OPS = ("CONST", "CONST_SHAPE")
 _DATA_DTYPES = ("INT8", "INT16", "INT32", "INT48", "SHAPE")
 
 
-def covers(flatbuffer: bytes) -> Tuple[bool, str]:
-    """Whether ``run`` evaluates this graph, and if not, why (the first op or dtype it lacks)."""
-    try:
-        g = _Graph(flatbuffer)
-    except NotCovered as e:
-        return False, str(e)
+def load(flatbuffer: bytes) -> _Graph:
+    """The graph, read once for many runs; ``NotCovered`` naming the first op or dtype ``run``
+    does not evaluate."""
+    g = _Graph(flatbuffer)
     for op, ins, outs, _ in g.ops:
         if op not in OPS and op not in _CONSTANT_OPS:
-            return False, f"op {op}"
+            raise NotCovered(f"op {op}")
         for name in (*ins, *outs):
             if g.dtype.get(name) not in _DATA_DTYPES:
-                return False, f"{op} tensor {name} of dtype {g.dtype.get(name)}"
+                raise NotCovered(f"{op} tensor {name} of dtype {g.dtype.get(name)}")
+        if op in OPS and g.dtype[outs[0]] not in _RANGE:
+            raise NotCovered(f"{op} output {outs[0]} of dtype {g.dtype[outs[0]]}")
+    return g
+
+
+def covers(flatbuffer: bytes) -> Tuple[bool, str]:
+    """Whether ``run`` evaluates this graph, and if not, why."""
+    try:
+        load(flatbuffer)
+    except NotCovered as e:
+        return False, str(e)
     return True, ""
 
 
 def run(flatbuffer: bytes, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
-    """The graph's outputs on ``arrays`` (its inputs, in order); ``NotCovered`` if an op is not
-    in ``OPS``, ``OutsideSpec`` where a REQUIRE of the specification fails."""
-    return run_graph(_Graph(flatbuffer), arrays)
+    """The graph's outputs on ``arrays`` (its inputs, in order); ``NotCovered`` if it has an op
+    outside ``OPS``, ``OutsideSpec`` where a REQUIRE of the specification fails."""
+    return run_graph(load(flatbuffer), arrays)
 
 
 def run_graph(g: _Graph, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
+    """``run`` on a graph ``load`` returned."""
     if len(arrays) != len(g.inputs):
         raise ValueError(f"{len(g.inputs)} inputs expected, {len(arrays)} given")
     values: Dict[str, np.ndarray] = dict(g.const)
@@ -505,17 +497,15 @@ def run_graph(g: _Graph, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
             if any(o not in values for o in outs):
                 raise NotCovered(f"{op} without data")
             continue
-        fn = OPS.get(op)
-        if fn is None:
-            raise NotCovered(f"op {op}")
-        res = np.asarray(fn(g, ins, outs, attr, values))
         out = outs[0]
+        try:
+            res = np.asarray(OPS[op](g, ins, outs, attr, values))
+            # An arithmetic result beyond its type: the specification REQUIREs it does not
+            # happen (or the reference wraps); either way the reference model decides.
+            _fits(res, g.dtype[out], op)
+        except OutsideSpec as e:
+            raise OutsideSpec(f"{out} ({e})") from None
         _out_shape(g, out, res.shape, op)
         t = g.dtype[out]
-        if t not in _RANGE:
-            raise NotCovered(f"{op} output of {t}")
-        # An arithmetic result beyond its type: the specification REQUIREs it does not happen
-        # (or the reference wraps); either way the reference model decides.
-        _fits(res, t, op)
         values[out] = res.astype(np.int64 if t == "INT48" else _NUMPY[t])
     return [values[n] for n in g.outputs]
