@@ -14,6 +14,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.partitioner import EthosUNGPartitioner
+from ethosu_ng.passes import non_core_aten_ops
 from ethosu_ng.passes.control_flow_constants import inline_uniform_constants
 from ethosu_ng.passes.loop_carried_grid import requantize_loop_results
 from ethosu_ng.quantizer import EthosUNGQuantizer
@@ -146,14 +147,19 @@ def lower(
 ) -> Tuple[EdgeProgramManager, EthosUNGPartitioner]:
     """Export the quantized module and lower it with EthosUNGPartitioner. An op kept whole for
     the NPU that ends on the CPU, which has no kernel for it (``PartitionReport.no_cpu_kernel``:
-    an erfinv TABLE that Vela or the verified compile failed), is lowered again pinned to the
-    CPU, where it is written in core ATen."""
-    cpu_ops = list(cpu_ops)
+    an aten.pad or an erfinv TABLE that Vela or the verified compile failed), is lowered again
+    written in core ATen: decomposed everywhere (a pad becomes constant_pad_nd, on the NPU where
+    it can run there), or for erfinv, which has no decomposition, pinned to the CPU."""
+    cpu_ops, decomposed = list(cpu_ops), []
     while True:
         ep = torch.export.export(quantized, tuple(example_inputs))
-        partitioner = EthosUNGPartitioner(spec, cpu_ops=cpu_ops, disabled_passes=disabled_passes)
+        partitioner = EthosUNGPartitioner(
+            spec, cpu_ops=cpu_ops, disabled_passes=disabled_passes, decomposed_ops=decomposed
+        )
         edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
-        stranded = set(partitioner.report.no_cpu_kernel.values()) - set(cpu_ops)
+        stranded = set(partitioner.report.no_cpu_kernel.values()) - set(cpu_ops) - set(decomposed)
         if not stranded:
             return edge, partitioner
-        cpu_ops += sorted(stranded)
+        # erfinv has no core ATen decomposition to fall back on; ours runs on the CPU.
+        cpu_ops += sorted(stranded & non_core_aten_ops.WITHOUT_CPU_KERNEL)
+        decomposed += sorted(stranded - non_core_aten_ops.WITHOUT_CPU_KERNEL)

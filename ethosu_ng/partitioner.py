@@ -85,8 +85,9 @@ class PartitionReport:
     compiler_fallback: Dict[str, str] = field(default_factory=dict)
     fallback_compiles: int = 0  # candidate partitions compiled to find them
     # node name -> op: ops kept whole for the NPU that ended on the CPU, which has no kernel
-    # for them (non_core_aten_ops.KEPT_WHEN_QUANTIZED); lowering again with them in ``cpu_ops``
-    # writes them in core ATen (``ethosu_ng.export.lower`` does).
+    # for them (non_core_aten_ops.KEPT_WHEN_QUANTIZED, or any op without an out variant, such as
+    # aten.pad); lowering again with them in ``decomposed_ops`` (or, for the kept-when-quantized
+    # ops, ``cpu_ops``) writes them in core ATen (``ethosu_ng.export.lower`` does).
     no_cpu_kernel: Dict[str, str] = field(default_factory=dict)
 
 
@@ -128,6 +129,8 @@ class EthosUNGPartitioner(Partitioner):
     Args:
         compile_spec: an ``EthosUNGCompileSpec``.
         cpu_ops: edge/ATen op overloads or their names (``"aten.bmm.default"``) to keep on CPU.
+        decomposed_ops: ops never kept whole for the NPU: written in core ATen everywhere, on
+            the NPU and on the CPU alike.
         disabled_passes: pass classes of ``ethosu_ng.passes`` not to run (to show what a pass
             guards; every guarantee of a disabled pass is void).
     """
@@ -137,6 +140,7 @@ class EthosUNGPartitioner(Partitioner):
         compile_spec: EthosUNGCompileSpec,
         cpu_ops: Iterable = (),
         disabled_passes: Iterable[type] = (),
+        decomposed_ops: Iterable = (),
     ):
         if not isinstance(compile_spec, EthosUNGCompileSpec):
             raise TypeError(
@@ -144,6 +148,7 @@ class EthosUNGPartitioner(Partitioner):
             )
         self.compile_spec = compile_spec
         self.cpu_ops = resolve_op_names(cpu_ops)
+        self.decomposed_ops = resolve_op_names(decomposed_ops)
         self.passes = pass_pipeline(disabled_passes)
         self.delegation_spec = DelegationSpec(BACKEND_ID, compile_spec.to_compile_specs())
         self.report: Optional[PartitionReport] = None
@@ -182,7 +187,7 @@ class EthosUNGPartitioner(Partitioner):
         ops, keep = upstream.ops_to_not_decompose(self.compile_spec, program)
         # A pinned op must decompose normally: it will not be delegated, and the CPU needs core
         # ATen.
-        ops = [op for op in ops if op_name(op) not in self.cpu_ops]
+        ops = [op for op in ops if op_name(op) not in self.cpu_ops | self.decomposed_ops]
         # Ops outside core ATen pass the edge verifier only if kept (passes/non_core_aten_ops.py).
         non_core = non_core_aten_ops.present(program)
         ops += sorted(non_core - set(ops), key=str)
@@ -190,7 +195,7 @@ class EthosUNGPartitioner(Partitioner):
         def filter_fn(node: Node) -> bool:
             if node.target in non_core_aten_ops.NON_CORE_ATEN_OPS:
                 return non_core_aten_ops.kept_whole(node)
-            if op_name(node.target) in self.cpu_ops:
+            if op_name(node.target) in self.cpu_ops | self.decomposed_ops:
                 return False
             return keep(node) if keep is not None else True
 
@@ -347,7 +352,9 @@ class EthosUNGPartitioner(Partitioner):
                 or "not supported by the Ethos-U TOSA profile"
             )
             report.cpu_reasons[n.name] = reason
-            if op_name(n.target) in non_core_aten_ops.WITHOUT_CPU_KERNEL:
+            if op_name(n.target) in non_core_aten_ops.WITHOUT_CPU_KERNEL or not (
+                exir.has_out_variant(n.target)
+            ):
                 report.no_cpu_kernel[n.name] = op_name(n.target)
         self.report = report
         reject_cpu_unrunnable(program, self.compile_spec.target, report.cpu_reasons)
@@ -355,8 +362,9 @@ class EthosUNGPartitioner(Partitioner):
             warnings.warn(
                 f"EthosUNGPartitioner: {sorted(report.no_cpu_kernel)} "
                 f"({', '.join(sorted(set(report.no_cpu_kernel.values())))}) stay on the CPU, "
-                "which has no kernel for them; lower again with them in cpu_ops "
-                "(ethosu_ng.export.lower does) so they are written in core ATen",
+                "which has no kernel for them; lower again with them in decomposed_ops "
+                "(erfinv: cpu_ops), as ethosu_ng.export.lower does, so they are written in core "
+                "ATen",
                 stacklevel=2,
             )
         if report.compiler_fallback:

@@ -31,6 +31,16 @@ def lowered_delegates(edge) -> List[Tuple[bytes, Typed, Typed]]:
     return out
 
 
+def delegate_infos(edge) -> list:
+    """What preprocess recorded for each lowered delegate (its typed IO and the verified compile's
+    verdicts), in the order of the lowered modules."""
+    return [
+        m.meta["_delegate_info_meta"]
+        for _, m in edge.exported_program().graph_module.named_children()
+        if hasattr(m, "processed_bytes")
+    ]
+
+
 def assert_pte_carries(delegates, pte: bytes) -> None:
     """The .pte holds exactly these delegates, in order, byte for byte, for EthosUNGBackend; each
     parses, and its IO table has the dtypes and shapes of the parent's call_delegate."""

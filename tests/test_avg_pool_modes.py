@@ -8,7 +8,10 @@ input's edge) is a TOSA AVG_POOL2D with padding, which Vela emits as a padded ha
 pool: the NPU divides by the kernel positions inside the IFM (``docs/npu-model.md``, pooling).
 ``count_include_pad=True`` pads explicitly first (upstream's ``DecomposeAvgPool2dPass``, before
 quantization), ``divisor_override`` is a depthwise convolution (``AvgPoolDivisorAsConvPass``) and
-a ``ceil_mode`` pool that leaves rows unread is sliced (``AvgPoolCeilModePass``); all are drawn.
+a ``ceil_mode`` pool that leaves rows unread is sliced (``AvgPoolCeilModePass``); all are drawn,
+and so is the pool's producer: the program input, or an op that lowers to a TOSA TABLE (sigmoid,
+tanh, exp), whose output upstream's pipeline keeps float until its table pass runs, after the
+pooling decompositions (``adapters.arm._tables_before_pooling``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class Case:
     divisor_override: Optional[int]
     shape: Tuple[int, int, int, int]
     offset: float  # shifts the input range, so the zero point is not always the same
+    producer: str = "input"  # what the pool reads: the input, or a table op of it (PRODUCERS)
 
     def module(self) -> torch.nn.Module:
         return Pool(
@@ -53,19 +57,23 @@ class Case:
                 ceil_mode=self.ceil_mode,
                 count_include_pad=self.count_include_pad,
                 divisor_override=self.divisor_override,
-            )
+            ),
+            self.producer,
         )
+
+
+PRODUCERS = {"input": lambda x: x, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "exp": torch.exp}
 
 
 class Pool(torch.nn.Module):
     # nn.AvgPool2d's own forward names its argument "input"; an exported placeholder of that
     # name does not get integer program IO, so the op is wrapped.
-    def __init__(self, pool: torch.nn.Module):
+    def __init__(self, pool: torch.nn.Module, producer: str = "input"):
         super().__init__()
-        self.pool = pool
+        self.pool, self.producer = pool, producer
 
     def forward(self, x):
-        return self.pool(x)
+        return self.pool(PRODUCERS[self.producer](x))
 
 
 @st.composite
@@ -85,6 +93,7 @@ def cases(draw, max_kernel: int = 3, max_hw: int = 7, max_c: int = 4) -> Case:
         divisor_override=divisor,
         shape=(1, draw(st.integers(1, max_c)), *hw),
         offset=draw(st.sampled_from([0.0, 1.5, -2.0])),
+        producer=draw(st.sampled_from(sorted(PRODUCERS))),
     )
 
 
@@ -137,6 +146,9 @@ CEIL_PADDED = Case((3, 3), (2, 2), (1, 1), True, False, None, (1, 2, 6, 7), -2.0
 DIVISOR = Case((3, 2), (2, 1), (1, 1), True, False, 4, (1, 2, 5, 6), 0.0)
 CEIL_UNREAD = Case((1, 1), (2, 2), (0, 0), True, True, None, (1, 2, 4, 5), 0.0)
 CEIL_UNREAD_MIXED = Case((2, 1), (3, 2), (0, 0), True, False, None, (1, 2, 4, 2), 0.0)
+# A sigmoid's output padded explicitly (count_include_pad) and pooled: the pad and the pool both
+# read a table op's output.
+AFTER_SIGMOID = Case((3, 3), (1, 1), (1, 1), False, True, None, (1, 3, 6, 6), 0.0, "sigmoid")
 
 
 def _property(target: str, max_examples: int, **bounds) -> None:
@@ -154,6 +166,7 @@ def _property(target: str, max_examples: int, **bounds) -> None:
     @example(DIVISOR)
     @example(CEIL_UNREAD)
     @example(CEIL_UNREAD_MIXED)
+    @example(AFTER_SIGMOID)
     def prop(case):
         check_case(case, target)
 
@@ -211,3 +224,19 @@ def test_poolformer_token_mixer(target):
         (got,) = method.execute([xq], f"input {k} {describe}")
         lsb = (got.int() - mixer_reference(ioq, xq).int()).abs().max().item()
         assert lsb <= 1, f"input {k}: {lsb} LSB from the exact quantized mixer {describe}"
+
+
+@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
+def test_global_pool_after_a_table_op(target):
+    """A classifier head that pools a tanh's output globally (AdaptiveAvgPool2d, an average pool
+    over the whole map after upstream's decomposition) stays on the NPU, within 1 LSB."""
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.pool = torch.nn.Conv2d(3, 8, 1), torch.nn.AdaptiveAvgPool2d(1)
+
+        def forward(self, x):
+            return self.pool(torch.tanh(self.conv(x)))
+
+    check_lowered(Head().eval(), (1, 3, 7, 7), 0.0, target, f"tanh -> global pool on {target}")

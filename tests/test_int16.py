@@ -16,7 +16,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _pte import NPU_MODEL_TARGETS, CrossCheckedMethod, assert_pte_carries, lowered_delegates
+from _pte import (
+    NPU_MODEL_TARGETS,
+    CrossCheckedMethod,
+    assert_pte_carries,
+    delegate_infos,
+    lowered_delegates,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -98,11 +104,7 @@ def test_a16w8_blocks_lower_whole_and_run_bit_exact(kind, target, tokens, dim, p
     assert [s.dtype for s in blob.inputs] == [want_in] and [s.dtype for s in blob.outputs] == [
         want_out
     ]
-    (info,) = [
-        m.meta.get("_delegate_info_meta")
-        for _, m in edge.exported_program().graph_module.named_children()
-        if hasattr(m, "processed_bytes")
-    ]
+    (info,) = delegate_infos(edge)
     assert info.lowering_verification.status == "verified", info.lowering_verification
     if target.startswith(NPU_MODEL_TARGETS):  # the NPU model ran the stream at compile time
         assert info.npu_verification.status == "verified", info.npu_verification

@@ -94,3 +94,22 @@ def test_without_cpu_fallback_the_lowering_error_names_the_partition(monkeypatch
     q = quantize(Net().eval(), x, spec, calibration=[x])
     with pytest.raises(RuntimeError, match=r"lowering partition 'ethosu_ng_0' .* RuntimeError"):
         lower(q, x, spec)
+
+
+def test_the_reason_leads_with_the_innermost_cause():
+    """Upstream's pass manager re-raises an op's error inside one that lists every pass run so
+    far; the reason a user reads (cut at 400 characters) starts with the error naming the op."""
+    from ethosu_ng.compiler.pipeline import LoweringError
+
+    try:
+        try:
+            raise ValueError("Unsupported input dtype torch.float32 (TOSA op: AVG_POOL2D)")
+        except ValueError as inner:
+            raise Exception(
+                "An error occurred when running a pass after " + "'Pass', " * 200
+            ) from inner
+    except Exception as e:
+        err = LoweringError.of("p0", "ethos-u55-128", e)
+    assert err.what == "lowering raised Exception", err.what
+    assert err.last_words.startswith("ValueError: Unsupported input dtype"), err.last_words
+    assert "AVG_POOL2D" in str(err)

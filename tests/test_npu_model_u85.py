@@ -22,7 +22,7 @@ import struct
 
 import pytest
 import torch
-from _pte import CrossCheckedMethod
+from _pte import CrossCheckedMethod, delegate_infos
 from conftest import calibration_batches
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -562,11 +562,7 @@ def test_u85_concatenations_ship_bit_exact(case):
     q = quantize(model, calib[0], spec, calibration=calib, input_dtype=dtype,
                  output_dtype=dtype, activation_dtype=dtype)  # fmt: skip
     edge, part = lower(q, calib[0], spec)
-    verdicts = [
-        m.meta["_delegate_info_meta"].npu_verification
-        for _, m in edge.exported_program().graph_module.named_children()
-        if hasattr(m, "processed_bytes")
-    ]
+    verdicts = [i.npu_verification for i in delegate_infos(edge)]
     assert verdicts, f"nothing delegated: {part.report.cpu_reasons} {case}"
     assert all(v.status == "verified" for v in verdicts), (verdicts, case)
     # Only Vela's deviation may move ops, and its culprit is the concatenation: a model error

@@ -4,6 +4,7 @@ are delegated whole, their lowering and stream verified at compile time, on U55 
 
 import pytest
 import torch
+from _pte import delegate_infos
 
 from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng.export import lower, quantize
@@ -33,10 +34,6 @@ def test_a_vector_product_is_delegated_whole_and_verified(kind, target):
     assert len(part.report.partitions) == 1
     # only the program's float IO is quantized and dequantized on the CPU
     assert all("quantize_per_tensor" in n for n in part.report.cpu_reasons), part.report
-    infos = [
-        m.meta["_delegate_info_meta"]
-        for _, m in edge.exported_program().graph_module.named_children()
-        if hasattr(m, "processed_bytes")
-    ]
+    infos = delegate_infos(edge)
     assert [i.lowering_verification.status for i in infos] == ["verified"]
     assert [i.npu_verification.status for i in infos] == ["verified"]

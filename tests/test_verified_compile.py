@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _pte import CrossCheckedMethod
+from _pte import CrossCheckedMethod, delegate_infos
 from ethosu.vela import __version__ as _vela_version
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
@@ -208,10 +208,7 @@ def test_a_stream_outside_its_region_is_invalid_and_a_model_gap_is_skipped(monke
     monkeypatch.setattr(rt, "npu_model_run", gap)
     edge, part = _lower(model, x, strict, [x])
     assert not part.report.compiler_fallback
-    verdicts = [
-        getattr(m.meta.get("_delegate_info_meta"), "npu_verification", None)
-        for _, m in edge.exported_program().graph_module.named_children()
-    ]
+    verdicts = [i.npu_verification for i in delegate_infos(edge)]
     assert verdicts and all(v.status == "skipped" and "not modelled" in v.reason for v in verdicts)
 
 
@@ -256,11 +253,7 @@ def test_lowering_verdicts_on_both_families():
     x = (torch.randn(1, 3, 8, 8),)
     for target in ("ethos-u55-128", "ethos-u85-128"):
         edge, _ = _lower(model, x, EthosUNGCompileSpec(target), [x])
-        infos = [
-            m.meta.get("_delegate_info_meta")
-            for _, m in edge.exported_program().graph_module.named_children()
-            if hasattr(m, "processed_bytes")
-        ]
+        infos = delegate_infos(edge)
         assert infos and all(i.lowering_verification.status == "verified" for i in infos)
         assert all(i.lowering_verification.max_lsb <= 1 for i in infos)
         npu = {i.npu_verification.status for i in infos}
@@ -293,11 +286,7 @@ def test_a_fault_of_the_fast_evaluator_leaves_the_answer_to_the_reference_model(
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU())
     x = (torch.randn(1, 3, 8, 8),)
     edge, _ = _lower(model, x, EthosUNGCompileSpec("ethos-u55-128"), [x])
-    (info,) = [
-        m.meta.get("_delegate_info_meta")
-        for _, m in edge.exported_program().graph_module.named_children()
-        if hasattr(m, "processed_bytes")
-    ]
+    (info,) = delegate_infos(edge)
     v = info.npu_verification
     assert v.status == "verified", v
     assert v.reference_engine == (
@@ -312,11 +301,7 @@ def test_a_graph_outside_the_fast_evaluator_is_run_by_the_reference_model():
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Upsample(scale_factor=2))
     x = (torch.randn(1, 3, 8, 8),)
     edge, _ = _lower(model, x, EthosUNGCompileSpec("ethos-u55-128"), [x])
-    (info,) = [
-        m.meta.get("_delegate_info_meta")
-        for _, m in edge.exported_program().graph_module.named_children()
-        if hasattr(m, "processed_bytes")
-    ]
+    (info,) = delegate_infos(edge)
     assert info.npu_verification.status == "verified"
     assert info.npu_verification.reference_engine == "reference model (op RESIZE)"
 
@@ -343,11 +328,7 @@ def test_near_ties_carried_by_a_later_op_are_not_a_deviation(monkeypatch):
     x = (torch.randn(1, 16, 14, 14),)
     spec = EthosUNGCompileSpec("ethos-u55-128", strict=True)
     edge, _ = _lower(TokenMixer(), x, spec, [x])
-    (v,) = [
-        m.meta["_delegate_info_meta"].lowering_verification
-        for _, m in edge.exported_program().graph_module.named_children()
-        if hasattr(m, "processed_bytes")
-    ]
+    (v,) = [i.lowering_verification for i in delegate_infos(edge)]
     assert v.status == "verified" and v.max_lsb == 2 and v.tie_amplified >= 2, v
     monkeypatch.setattr(verify_lowering, "NEAR_TIE", 0.0)
     with pytest.raises(verify_lowering.LoweringDeviation, match="by 2 LSB"):
@@ -441,11 +422,7 @@ def test_a_deviation_another_vela_schedule_fixes_ships_that_schedule(monkeypatch
     spec = EthosUNGCompileSpec("ethos-u55-128", embed_tosa=True, vela_workers=1)
     edge, part = _lower(model, x, spec, [x])
     assert part.report.partitions and not part.report.compiler_fallback
-    (v,) = [
-        m.meta["_delegate_info_meta"].npu_verification
-        for _, m in edge.exported_program().graph_module.named_children()
-        if hasattr(m, "processed_bytes")
-    ]
+    (v,) = [i.npu_verification for i in delegate_infos(edge)]
     assert v.status == "verified" and v.retried_with == list(RETRY_VELA_FLAGS[0]), v
     _check_shipped(edge, x, [], "ethos-u55-128")
 
@@ -701,14 +678,6 @@ class RightShift(nn.Module):
         return x >> y
 
 
-def _shift_verdicts(edge):
-    return [
-        m.meta["_delegate_info_meta"]
-        for _, m in edge.exported_program().graph_module.named_children()
-        if hasattr(m, "processed_bytes")
-    ]
-
-
 def _shift_case():
     g = torch.Generator().manual_seed(1)
     x = torch.randint(-100, 100, (2, 5), dtype=torch.int8, generator=g)
@@ -728,7 +697,7 @@ def test_an_unpredictable_sample_is_drawn_again_in_domain_or_the_partition_is_an
 
     (x, y), spec = _shift_case()
     edge, part = _lower(RightShift(), (x, y), spec, [(x, y)])
-    (info,) = _shift_verdicts(edge)
+    (info,) = delegate_infos(edge)
     v = info.lowering_verification
     assert v.status == "verified" and v.sample_range == "[0, 7]" and v.samples == 2, v
     assert not part.report.compiler_fallback

@@ -17,6 +17,7 @@ from executorch.exir.backend.utils import WhyNoPartitionReporter
 from torch.export import ExportedProgram
 
 __all__ = [
+    "has_out_variant",
     "WhyNoPartitionReporter",
     "carve_partition",
     "decomposed_by_edge_generation",
@@ -62,6 +63,19 @@ def decomposed_by_edge_generation(op, table: Dict[torch._ops.OpOverload, Callabl
     return (
         isinstance(op, torch._ops.OpOverload) and _is_cia_op(op) and not _is_preservable_cia_op(op)
     )
+
+
+def has_out_variant(target) -> bool:
+    """Whether ``to_executorch()`` can write a CPU node of this edge op (its out variant, which
+    the portable kernels implement). Targets other than edge ops are not asked about."""
+    to_out = getattr(target, "to_out_variant", None)
+    if to_out is None:
+        return True
+    try:
+        to_out()
+    except RuntimeError:
+        return False
+    return True
 
 
 def keepable_ops(ops: List[torch._ops.OpOverload]) -> List[torch._ops.OpOverload]:

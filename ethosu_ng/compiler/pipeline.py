@@ -100,7 +100,17 @@ class LoweringError(VelaError):
 
     @classmethod
     def of(cls, partition: str, target: str, e: BaseException) -> LoweringError:
+        # Upstream's pass manager wraps the error that names the op in one that lists every pass
+        # run so far; the innermost cause comes first.
+        root, seen = e, {id(e)}
+        while (root.__cause__ or root.__context__) is not None:
+            root = root.__cause__ or root.__context__
+            if id(root) in seen:
+                break
+            seen.add(id(root))
         words = " ".join(str(e).split())
+        if root is not e:
+            words = f"{type(root).__name__}: {' '.join(str(root).split())} (from: {words})"
         err = cls(partition, target, f"lowering raised {type(e).__name__}", words[:400])
         RuntimeError.__init__(
             err, f"lowering partition {partition!r} for {target} raised {type(e).__name__}: {words}"
