@@ -149,6 +149,7 @@ class EthosUNGPartitioner(Partitioner):
         self.compile_spec = compile_spec
         self.cpu_ops = resolve_op_names(cpu_ops)
         self.decomposed_ops = resolve_op_names(decomposed_ops)
+        self._kept_whole: Set[str] = set()  # names of the ops ops_to_not_decompose kept
         self.passes = pass_pipeline(disabled_passes)
         self.delegation_spec = DelegationSpec(BACKEND_ID, compile_spec.to_compile_specs())
         self.report: Optional[PartitionReport] = None
@@ -217,7 +218,10 @@ class EthosUNGPartitioner(Partitioner):
             present = {n.target for n in nodes if n.target in kept}
             if all(filter_fn(n) for n in nodes if n.target in present):
                 # As executorch would on its filter path: drop ops it cannot keep (aliasing ...).
-                return exir.keepable_ops([op for op in ops if op in present]), None
+                kept_ops = exir.keepable_ops([op for op in ops if op in present])
+                self._kept_whole = {op_name(op) for op in kept_ops}
+                return kept_ops, None
+        self._kept_whole = {op_name(op) for op in ops}
         return ops, filter_fn
 
     # -- stages 2-6 ---------------------------------------------------------------------------
@@ -352,8 +356,9 @@ class EthosUNGPartitioner(Partitioner):
                 or "not supported by the Ethos-U TOSA profile"
             )
             report.cpu_reasons[n.name] = reason
-            if op_name(n.target) in non_core_aten_ops.WITHOUT_CPU_KERNEL or not (
-                exir.has_out_variant(n.target)
+            name = op_name(n.target)
+            if name in non_core_aten_ops.WITHOUT_CPU_KERNEL or (
+                name in self._kept_whole and not exir.has_out_variant(n.target)
             ):
                 report.no_cpu_kernel[n.name] = op_name(n.target)
         self.report = report
