@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import Callable, List, Sequence, Tuple
 
+import pytest
 import torch
 from _pte import CrossCheckedMethod
 from hypothesis import HealthCheck, given, settings
@@ -31,16 +32,22 @@ NPU_DEVIATION = (
     "verified compile: invalid command",
 )
 
-# Examples per family and seed class in CI (two families: twice this per class).
-EXAMPLES_PER_FAMILY = int(os.environ.get("ETHOSU_NG_SEED_PROPERTY_EXAMPLES", "15"))
+# Examples per family and seed class (two families: twice this per class): a fast run, and the
+# deep one under ``-m slow`` (each seed test has both, ``DEPTHS``).
+EXAMPLES_PER_FAMILY = int(os.environ.get("ETHOSU_NG_SEED_PROPERTY_EXAMPLES", "5"))
+DEEP_EXAMPLES_PER_FAMILY = 25
+DEPTHS = [
+    pytest.param(EXAMPLES_PER_FAMILY, id="fast"),
+    pytest.param(DEEP_EXAMPLES_PER_FAMILY, id="deep", marks=pytest.mark.slow),
+]
 
 
-def run_per_family(strategy, check: Callable, target: str) -> None:
-    """``check(case, target)`` on ``EXAMPLES_PER_FAMILY`` cases drawn from ``strategy``
-    (derandomized: CI draws the same cases every run; a failure prints the case)."""
+def run_per_family(strategy, check: Callable, target: str, examples: int) -> None:
+    """``check(case, target)`` on ``examples`` cases drawn from ``strategy`` (derandomized: a
+    run draws the same cases every time; a failure prints the case)."""
 
     @settings(
-        max_examples=EXAMPLES_PER_FAMILY,
+        max_examples=examples,
         deadline=None,
         derandomize=True,
         suppress_health_check=list(HealthCheck),

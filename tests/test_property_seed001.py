@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from hypothesis import strategies as st
-from seed_property import TARGETS, check_lowered, run_per_family
+from seed_property import DEPTHS, TARGETS, check_lowered, run_per_family
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from ethosu_ng import EthosUNGCompileSpec, EthosUNGQuantizer
@@ -120,6 +120,7 @@ def check_case(case, target):
     )
 
 
+@pytest.mark.parametrize("examples", DEPTHS)
 @pytest.mark.parametrize("target", TARGETS)
-def test_non_fuseable_activation(target):
-    run_per_family(cases(), check_case, target)
+def test_non_fuseable_activation(target, examples):
+    run_per_family(cases(), check_case, target, examples)

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn as nn
 from hypothesis import strategies as st
-from seed_property import TARGETS, check_lowered, run_per_family
+from seed_property import DEPTHS, TARGETS, check_lowered, run_per_family
 
 from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng.export import quantize
@@ -129,6 +129,7 @@ def check_streaming(case, target):
     )
 
 
+@pytest.mark.parametrize("examples", DEPTHS)
 @pytest.mark.parametrize("target", TARGETS)
-def test_streaming_state_buffers(target):
-    run_per_family(streaming_cases(), check_streaming, target)
+def test_streaming_state_buffers(target, examples):
+    run_per_family(streaming_cases(), check_streaming, target, examples)

@@ -17,7 +17,7 @@ import torch.nn as nn
 from _pte import CrossCheckedMethod
 from executorch.exir import to_edge_transform_and_lower
 from hypothesis import strategies as st
-from seed_property import TARGETS, blob_io_matches_parent, run_per_family
+from seed_property import DEPTHS, TARGETS, blob_io_matches_parent, run_per_family
 from test_seed003_constant_cat_folds_exactly import folded_constants
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, EthosUNGPartitioner, io_quantization
@@ -142,6 +142,7 @@ def check_case(case, target):
         assert lsb <= 1.0001, f"{lsb} LSB {describe}"
 
 
+@pytest.mark.parametrize("examples", DEPTHS)
 @pytest.mark.parametrize("target", TARGETS)
-def test_constant_cat(target):
-    run_per_family(cases(), check_case, target)
+def test_constant_cat(target, examples):
+    run_per_family(cases(), check_case, target, examples)

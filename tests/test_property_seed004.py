@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn as nn
 from hypothesis import strategies as st
-from seed_property import TARGETS, check_lowered, run_per_family
+from seed_property import DEPTHS, TARGETS, check_lowered, run_per_family
 
 from ethosu_ng import EthosUNGCompileSpec
 from ethosu_ng.export import quantize
@@ -104,6 +104,7 @@ def check_multi_io(case, target):
     )
 
 
+@pytest.mark.parametrize("examples", DEPTHS)
 @pytest.mark.parametrize("target", TARGETS)
-def test_integer_program_io(target):
-    run_per_family(multi_io_cases(), check_multi_io, target)
+def test_integer_program_io(target, examples):
+    run_per_family(multi_io_cases(), check_multi_io, target, examples)

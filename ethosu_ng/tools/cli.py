@@ -38,8 +38,9 @@ class CheckFailed(CliError):
 class Stages:
     """Prints each stage with its elapsed time; keeps the timings for the report."""
 
-    def __init__(self, names: Sequence[str], stream=sys.stderr):
-        self.names, self.stream, self.times = list(names), stream, {}
+    def __init__(self, names: Sequence[str], stream=None):
+        # sys.stderr when a stage runs, not when this module was imported (it may be redirected)
+        self.names, self.stream, self.times = list(names), stream or sys.stderr, {}
         self._k = 0
 
     def run(self, name: str, fn, *args, **kwargs):
