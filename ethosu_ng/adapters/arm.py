@@ -179,36 +179,49 @@ def rejects_arguments(spec: EthosUNGCompileSpec, node: torch.fx.Node) -> bool:
 
 
 @contextmanager
-def _tables_before_pooling() -> Iterator[None]:
+def _tables_before_pooling(edge_program: ExportedProgram) -> Iterator[None]:
     """Upstream's pipeline turns sigmoid, tanh, exp, ... into TOSA TABLEs (``InsertTableOpsPass``)
     after it decomposes the average pools (``DecomposeAdaptiveAvgPool2dPass``,
     ``DecomposeAvgPool2dPass``). Between q/dq folding and the table pass such an op's output is
     float (its fake kernel promotes an int8 input), so a pool right after it, or after a pad
     that follows it, is built on a float input and raises ("Unsupported input dtype
     torch.float32"), and the pool goes to the CPU; upstream's own export fails the same way.
-    Running the table pass once more before the pooling decompositions makes those outputs
-    integers first; the pipeline's own table pass then finds the ops that later passes
-    decompose into table ops. Registered for one lowering and removed after it."""
+    Running the table pass once more before the pooling decompositions, on those table ops only
+    (``PooledTableOps``: integer input, an average pool reading the output), makes them integer
+    first; every other table op waits for the pipeline's own pass as before (a table op of a
+    float constant, say, is an integer only after later passes). Built for ``edge_program`` as
+    the pipeline builds its own (control flow bodies are passed the graph only), registered for
+    one lowering and removed after it."""
     from executorch.backends.arm._passes import arm_pass_manager as apm
-    from executorch.backends.arm._passes.arm_pass import ArmPass
     from executorch.backends.arm._passes.decompose_adaptive_avg_pool2d_pass import (
         DecomposeAdaptiveAvgPool2dPass,
     )
-    from executorch.backends.arm._passes.insert_table_ops import InsertTableOpsPass
+    from executorch.backends.arm._passes.insert_table_ops import InsertTableOpsPass, TableOps
 
-    class TablesBeforePooling(ArmPass):
-        _passes_required_after = set()
+    class PooledTableOps(TableOps):
+        """The table ops on an integer input whose output reaches an average pool (through
+        pads): no other op is touched before the pipeline's own table pass."""
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.exported_program = None  # set per call by upstream's pass adapter
+        def __contains__(self, node) -> bool:
+            if not super().__contains__(node) or not node.args:
+                return False
+            val = getattr(node.args[0], "meta", {}).get("val")
+            if getattr(val, "dtype", None) not in (torch.int8, torch.int16):
+                return False
+            users = list(node.users)
+            while users:
+                user = users.pop()
+                if "avg_pool2d" in str(user.target):
+                    return True
+                if "pad" in str(user.target):
+                    users.extend(user.users)
+            return False
 
-        def call(self, graph_module):
-            return InsertTableOpsPass(self.exported_program).call(graph_module)
-
+    early = InsertTableOpsPass(edge_program)
+    early.table_ops = PooledTableOps(edge_program)
     saved = {k: (list(v.before_passes), list(v.after_passes))
              for k, v in apm._registered_pass_insertions.items()}  # fmt: skip
-    apm.register_pass_insertions_before(DecomposeAdaptiveAvgPool2dPass, [TablesBeforePooling()])
+    apm.register_pass_insertions_before(DecomposeAdaptiveAvgPool2dPass, [early])
     try:
         yield
     finally:
@@ -230,7 +243,7 @@ def lower_to_tosa(
     The TOSA flatbuffer is the same with or without it."""
     tosa_spec = TOSABackend.filter_tosa_compile_specs(upstream_compile_spec(spec))
     if op_sources is None:
-        with deferred_recompile(), _tables_before_pooling():
+        with deferred_recompile(), _tables_before_pooling(edge_program):
             return bytes(TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes)
     import executorch.backends.arm.tosa.backend as tosa_backend
     from executorch.backends.arm.common.arm_compile_spec import ArmCompileSpec
@@ -245,7 +258,7 @@ def lower_to_tosa(
     tosa_spec.tosa_debug_mode = ArmCompileSpec.DebugMode.JSON
     tosa_backend.DebugHook = capture  # _preprocess builds its hook from this module global
     try:
-        with deferred_recompile(), _tables_before_pooling():
+        with deferred_recompile(), _tables_before_pooling(edge_program):
             tosa = bytes(TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes)
     finally:
         tosa_backend.DebugHook = real_hook
