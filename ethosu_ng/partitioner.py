@@ -360,7 +360,7 @@ class EthosUNGPartitioner(Partitioner):
             if name in non_core_aten_ops.WITHOUT_CPU_KERNEL or (
                 name in self._kept_whole and not exir.has_out_variant(n.target)
             ):
-                report.no_cpu_kernel[n.name] = op_name(n.target)
+                report.no_cpu_kernel[n.name] = name
         self.report = report
         reject_cpu_unrunnable(program, self.compile_spec.target, report.cpu_reasons)
         if report.no_cpu_kernel:

@@ -113,3 +113,28 @@ def test_the_reason_leads_with_the_innermost_cause():
     assert err.what == "lowering raised Exception", err.what
     assert err.last_words.startswith("ValueError: Unsupported input dtype"), err.last_words
     assert "AVG_POOL2D" in str(err)
+
+
+@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
+def test_every_op_kept_whole_can_reach_a_cpu_kernel(target):
+    """An op the partitioner keeps whole for the NPU may still end on the CPU (a lowering or a
+    verified-compile failure moves it). Then it needs an out variant (a portable kernel), or a
+    core ATen decomposition for ``export.lower`` to lower it again with (``decomposed_ops``), or
+    our own CPU form (``WITHOUT_CPU_KERNEL``): over every op upstream keeps (aten.pad and
+    aten.selu have no out variant)."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    from ethosu_ng.adapters import exir
+    from ethosu_ng.passes import non_core_aten_ops
+
+    ep = torch.export.export(nn.ReLU(), (torch.randn(2),))
+    kept, _ = upstream.ops_to_not_decompose(EthosUNGCompileSpec(target), ep)
+    table = exir.decomposition_table()
+    stranded = []
+    for op in kept:
+        packet = getattr(exir_ops.edge.aten, op.__name__.split(".")[0])
+        edge = getattr(packet, op._overloadname)
+        if not exir.has_out_variant(edge):
+            stranded.append(op_name(op))
+            assert op in table or op_name(op) in non_core_aten_ops.WITHOUT_CPU_KERNEL, op
+    assert "aten.pad.default" in stranded, stranded  # the check sees a missing out variant
