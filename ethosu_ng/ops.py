@@ -161,6 +161,28 @@ VIEW_OPS = frozenset(
 )
 # Slice a tensor: every output element is one input element.
 SLICING_OPS = frozenset({"aten.slice_copy.Tensor", "aten.select_copy.int"})
+# Average pools, adaptive ones included (a table op before one is made integer early:
+# adapters.arm._tables_before_pooling).
+AVG_POOL_OPS = frozenset(
+    {
+        "aten.avg_pool2d.default",
+        "aten.adaptive_avg_pool2d.default",
+        "aten._adaptive_avg_pool2d.default",
+    }
+)
+# Constant or mode padding of a tensor's edges.
+PAD_OPS = frozenset(
+    {
+        "aten.constant_pad_nd.default",
+        "aten.pad.default",
+        "aten.reflection_pad1d.default",
+        "aten.reflection_pad2d.default",
+        "aten.reflection_pad3d.default",
+        "aten.replication_pad1d.default",
+        "aten.replication_pad2d.default",
+        "aten.replication_pad3d.default",
+    }
+)
 # Arithmetic right shifts: the U55's SHR rounds where PyTorch floors (partitioning/target_limits).
 RIGHT_SHIFT_OPS = frozenset(
     {"aten.bitwise_right_shift.Tensor", "aten.bitwise_right_shift.Tensor_Scalar"}

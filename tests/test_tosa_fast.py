@@ -124,11 +124,15 @@ def window(draw, max_k=4, dilate=True, pad_below_kernel=False):
     st.sampled_from(["INT8", "INT16"]),
     st.integers(0, 2**31 - 1),
     st.booleans(),
+    st.sampled_from([1, 1, 17]),
 )
 @settings(max_examples=120, **SETTINGS)
-def test_conv2d(win, oc, dtype, seed, zero_points):
+def test_conv2d(win, oc, dtype, seed, zero_points, widen):
+    """``widen``: 17 times the channels, so that an int8 output sums more products than one
+    float32 product may (``tosa_fast._product_type``: 258 of the largest magnitudes)."""
     rng = np.random.default_rng(seed)
     n, h, w, c, kh, kw, stride, dilation, pad, oh, ow = win
+    c *= widen
     acc, out_t = ("INT32", "INT32") if dtype == "INT8" else ("INT48", "INT48")
     izp = int(rng.integers(-128, 128)) if zero_points and dtype == "INT8" else 0
     wzp = int(rng.integers(-128, 128)) if zero_points and dtype == "INT8" else 0
@@ -148,6 +152,40 @@ def test_conv2d(win, oc, dtype, seed, zero_points):
         acc_type=ts.DType.__members__["INT32" if dtype == "INT8" else "INT48"],
     )
     check(b.tosa(), [_draw_input(rng, [n, h, w, c], dtype)])
+
+
+@pytest.mark.parametrize("op", ["CONV2D", "MATMUL"])
+@pytest.mark.parametrize("terms", [258, 259, 577])
+def test_sums_past_what_one_float32_product_holds(op, terms):
+    """Every product at the largest magnitude, one sign: ``terms`` of 255 * 255 pass 2**24
+    from 259 on, where a float32 product in one piece rounds; the evaluator chunks the
+    reduction and agrees with the reference model."""
+    b = G()
+    lo = _RANGE["INT8"][0]
+    zp = b.const([_RANGE["INT8"][1]], "INT8")  # -128 - 127 = -255 on both sides
+    if op == "CONV2D":
+        x = b.input([1, 2, 2, terms], "INT8")
+        wt = b.const(np.full([3, 1, 1, terms], lo), "INT8")
+        bias = b.const([0], "INT32")
+        b.op(
+            "CONV2D",
+            [x, wt, bias, zp, zp],
+            [1, 2, 2, 3],
+            "INT32",
+            pad=[0, 0, 0, 0],
+            stride=[1, 1],
+            dilation=[1, 1],
+            local_bound=False,
+            acc_type=ts.DType.__members__["INT32"],
+        )
+        inputs = [np.full([1, 2, 2, terms], lo, dtype=np.int8)]
+    else:
+        x, y = b.input([1, 2, terms], "INT8"), b.input([1, terms, 3], "INT8")
+        b.op("MATMUL", [x, y, zp, zp], [1, 2, 3], "INT32")
+        inputs = [np.full([1, 2, terms], lo, np.int8), np.full([1, terms, 3], lo, np.int8)]
+    assert check(b.tosa(), inputs) == "TOSA_VALID"
+    (got,) = tosa_fast.run(b.tosa(), inputs)
+    assert int(got.reshape(-1)[0]) == terms * 255 * 255
 
 
 @given(window(), st.integers(1, 3), st.sampled_from(["INT8", "INT16"]), st.integers(0, 2**31 - 1))
@@ -178,7 +216,7 @@ def test_depthwise_conv2d(win, m, dtype, seed):
 @given(
     st.integers(1, 3),
     st.integers(1, 12),
-    st.integers(1, 40),
+    st.integers(1, 40) | st.integers(200, 700),
     st.integers(1, 12),
     st.sampled_from(["INT8", "INT16"]),
     st.integers(0, 2**31 - 1),

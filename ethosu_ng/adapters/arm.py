@@ -29,6 +29,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ethosu_ng.adapters.lazy_recompile import deferred_recompile
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.ops import AVG_POOL_OPS, PAD_OPS, op_name
 
 __all__ = [
     "EthosUQuantizer",
@@ -211,9 +212,9 @@ def _tables_before_pooling(edge_program: ExportedProgram) -> Iterator[None]:
             users = list(node.users)
             while users:
                 user = users.pop()
-                if "avg_pool2d" in str(user.target):
+                if op_name(user.target) in AVG_POOL_OPS:
                     return True
-                if "pad" in str(user.target):
+                if op_name(user.target) in PAD_OPS:
                     users.extend(user.users)
             return False
 

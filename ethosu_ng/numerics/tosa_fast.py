@@ -5,9 +5,11 @@ reference model: the verified compile's reference for the graphs it covers.
 tosa-tools' reference model runs an int8 convolution at about 0.4 G multiply-accumulates a
 second (resnet18 at 224x224: about 5 s a sample, `bench/tosa_fast.py`; two thirds of the
 verified compile). Here a
-convolution is one float64 matrix product over the im2col of its input, exact because every
-product and partial sum is an integer below 2**53 (checked per op from the operand ranges; an
-int64 product otherwise). Every other op is a few numpy calls.
+convolution is a matrix product over the im2col of its input, in float32 over chunks of the
+reduction whose partial sums stay below 2**24 (the chunks summed in float64), exact because every
+product and partial sum is then an integer the float holds (checked per op from the operands'
+magnitudes; float64 below 2**53 where float32 chunks would be short, int64 otherwise). Every
+other op is a few numpy calls.
 
 ``load`` reads a graph whose ops are all in ``OPS`` (or names the first thing it lacks),
 ``run_graph`` runs it on inputs, ``run`` does both. A run raises ``OutsideSpec`` where the
@@ -32,7 +34,12 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
+# Integers a float holds exactly: every partial sum of a product below these is exact, in any
+# order of summation (so whatever order BLAS picks).
+_EXACT_IN_FLOAT32 = 1 << 24
 _EXACT_IN_FLOAT64 = 1 << 53
+# A float32 product is made in chunks of the reduction at least this long (else float64).
+_MIN_FLOAT32_CHUNK = 32
 
 
 class OutsideSpec(ValueError):
@@ -168,14 +175,47 @@ def _scalar(x: np.ndarray) -> int:
     return int(x.reshape(-1)[0])
 
 
+def _magnitude(x: np.ndarray, zero_point: int = 0) -> int:
+    """The largest ``|x - zero_point|`` (0 for an empty array)."""
+    if x.size == 0:
+        return 0
+    return max(abs(int(x.min()) - zero_point), abs(int(x.max()) - zero_point))
+
+
+def _product_type(a: int, b: int, terms: int) -> Tuple[type, int]:
+    """The type in which sums of ``terms`` products of integers of magnitudes up to ``a`` and
+    ``b`` are exact, and how many terms of the reduction one float32 product may take: float32
+    in chunks whose partial sums stay below 2**24 (the chunks summed in float64), float64 where
+    the whole sum stays below 2**53, int64 else."""
+    product = a * b
+    if product == 0:
+        return np.float32, max(terms, 1)
+    chunk = (_EXACT_IN_FLOAT32 - 1) // product
+    if chunk >= min(terms, _MIN_FLOAT32_CHUNK):
+        return np.float32, min(chunk, max(terms, 1))
+    if product * terms < _EXACT_IN_FLOAT64:
+        return np.float64, terms
+    return np.int64, terms
+
+
+def _dot(a: np.ndarray, b: np.ndarray, chunk: int) -> np.ndarray:
+    """``a @ b`` (2-D, one type from ``_product_type``) as int64, float32 in ``chunk``s of the
+    reduction."""
+    k = a.shape[-1]
+    if a.dtype != np.float32 or chunk >= k:
+        return (a @ b).astype(np.int64)
+    acc = np.zeros(a.shape[:-1] + b.shape[-1:], dtype=np.float64)
+    for k0 in range(0, k, chunk):
+        acc += a[..., k0 : k0 + chunk] @ b[k0 : k0 + chunk]
+    return acc.astype(np.int64)
+
+
 def _exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` of int64 matrices, exactly: in float64 where no partial sum reaches 2**53."""
+    """``a @ b`` of int64 matrices, exactly."""
     if a.size == 0 or b.size == 0:
         return np.zeros(a.shape[:-1] + b.shape[-1:], dtype=np.int64)
-    bound = int(np.abs(a).max()) * int(np.abs(b).max()) * a.shape[-1]
-    if bound < _EXACT_IN_FLOAT64:
-        return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
-    return a @ b
+    kind, chunk = _product_type(_magnitude(a), _magnitude(b), a.shape[-1])
+    return _dot(a.astype(kind), b.astype(kind), chunk)
 
 
 def _patches(x: np.ndarray, kh, kw, stride, dilation, pad, fill: int) -> np.ndarray:
@@ -203,32 +243,40 @@ def _out_shape(g: _Graph, name: str, got: Tuple[int, ...], op: str) -> None:
         raise NotCovered(f"{op} output {name}: declared {g.shape[name]}, computed {got}")
 
 
-def _conv_operands(ins, a, v, kernel_axes):
-    """A convolution's input windows and weights, zero points subtracted, and its bias."""
-    x, w, bias = (v[n].astype(np.int64) for n in ins[:3])
+def _conv_operands(ins, a, v, kernel_axes, terms):
+    """A convolution's input windows and weights, zero points subtracted, and its bias, in the
+    type whose products of ``terms`` terms are exact (``_product_type``; the im2col copy is
+    made once, in that type), with the chunk of the reduction a float32 product takes."""
+    x, w, bias = (v[n] for n in ins[:3])
     izp, wzp = _scalar(v[ins[3]]), _scalar(v[ins[4]])
+    kind, chunk = _product_type(_magnitude(x, izp), _magnitude(w, wzp), terms(w))
+    # The zero points subtracted in that type: exact, the differences are in range there.
+    x, w = x.astype(kind) - kind(izp), w.astype(kind) - kind(wzp)
     kh, kw = (w.shape[k] for k in kernel_axes)
-    win = _patches(x - izp, kh, kw, a["Stride"], a["Dilation"], a["Pad"], 0)
-    return win, w - wzp, bias.reshape(-1)
+    win = _patches(x, kh, kw, a["Stride"], a["Dilation"], a["Pad"], 0)
+    return win, w, bias.astype(np.int64).reshape(-1), chunk
 
 
 def _conv2d(g, ins, outs, a, v):
-    win, wk, bias = _conv_operands(ins, a, v, (1, 2))  # weights [OC, KH, KW, IC]
+    # weights [OC, KH, KW, IC]: an output sums KH * KW * IC products
+    win, wk, bias, chunk = _conv_operands(ins, a, v, (1, 2), lambda w: w[0].size)
     n, oh, ow = win.shape[:3]
     cols = win.reshape(n * oh * ow, -1)
-    acc = _exact_matmul(cols, wk.reshape(wk.shape[0], -1).T).reshape(n, oh, ow, -1)
+    acc = _dot(cols, wk.reshape(wk.shape[0], -1).T, chunk).reshape(n, oh, ow, -1)
     return acc + bias
 
 
 def _depthwise_conv2d(g, ins, outs, a, v):
-    win, wk, bias = _conv_operands(ins, a, v, (0, 1))  # weights [KH, KW, C, M]
+    # weights [KH, KW, C, M]: an output sums KH * KW products
+    win, wk, bias, chunk = _conv_operands(ins, a, v, (0, 1), lambda w: w.shape[0] * w.shape[1])
     kh, kw, c, m = wk.shape
     n, oh, ow = win.shape[:3]
-    acc = np.zeros((n, oh, ow, c, m), dtype=np.int64)
+    kind = np.float64 if wk.dtype == np.float32 and chunk < kh * kw else wk.dtype
+    acc = np.zeros((n, oh, ow, c, m), dtype=kind)
     for ky in range(kh):
         for kx in range(kw):
             acc += win[:, :, :, ky, kx, :, None] * wk[ky, kx]
-    return acc.reshape(n, oh, ow, c * m) + bias
+    return acc.astype(np.int64).reshape(n, oh, ow, c * m) + bias
 
 
 def _matmul(g, ins, outs, a, v):
@@ -271,12 +319,13 @@ def _apply_scale(value, multiplier, shift, what: str, scale32=True, double_round
     _require(np.all(multiplier >= 0), f"{what}: a negative multiplier")
     _require(np.all((shift >= 2) & (shift <= 62)), f"{what}: a shift outside [2, 62]")
     rnd = np.left_shift(np.int64(1), shift - 1)
-    if scale32:
+    lo, hi = (int(value.min()), int(value.max())) if value.size else (0, 0)
+    if scale32 and not (rnd.size == 1 and -int(rnd.min()) <= lo and hi < int(rnd.min())):
         _require(np.all((value >= -rnd) & (value < rnd)), f"{what}: a value beyond 2**(shift - 1)")
     if double_round:
         rnd = np.where(shift > 31, np.where(value >= 0, rnd + (1 << 30), rnd - (1 << 30)), rnd)
     # int64 where the product cannot wrap (the operands' ranges say so), Python integers else
-    big = int(np.abs(value).max(initial=0)) * int(np.max(multiplier, initial=0))
+    big = max(-lo, hi) * int(np.max(multiplier, initial=0))
     if big + int(np.max(np.abs(rnd), initial=0)) < 1 << 63:
         return _fits((value * multiplier + rnd) >> shift, "INT32", what)
     flat = [f.ravel() for f in np.broadcast_arrays(value, multiplier, rnd, shift)]
