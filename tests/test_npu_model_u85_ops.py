@@ -79,7 +79,7 @@ class Op(nn.Module):
         super().__init__()
         self.kind = kind
         self.conv = nn.Conv2d(channels, channels + 3, 3, padding=1)
-        self.conv_strided = nn.Conv2d(channels, 5, 3, stride=2)
+        self.conv_strided = nn.Conv2d(channels, 5, 3, stride=2, padding=1)  # any h, w >= 2
         self.dw = nn.Conv2d(channels, channels, 3, padding=1, groups=channels)
         self.fc = nn.Linear(channels, 2 * channels + 1)
 
