@@ -26,54 +26,6 @@ int64_t dot16(const int16_t* a, const int16_t* b, int n) {
   return total;
 }
 
-// dot16 of four windows, `stride` apart, against one weight row: the row is
-// read once for the four (an OFM row's weights stream through the cache a
-// quarter as often).
-static void dot16x4(const int16_t* a, size_t stride, const int16_t* b, int n, int64_t* out) {
-  const int16_t* a0 = a;
-  const int16_t* a1 = a + stride;
-  const int16_t* a2 = a + 2 * stride;
-  const int16_t* a3 = a + 3 * stride;
-  int64_t t0 = 0, t1 = 0, t2 = 0, t3 = 0;
-  for (int base = 0; base < n; base += 128) {
-    const int end = n < base + 128 ? n : base + 128;
-    int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (int i = base; i < end; ++i) {
-      const int32_t w = b[i];
-      s0 += int32_t{a0[i]} * w;
-      s1 += int32_t{a1[i]} * w;
-      s2 += int32_t{a2[i]} * w;
-      s3 += int32_t{a3[i]} * w;
-    }
-    t0 += s0;
-    t1 += s1;
-    t2 += s2;
-    t3 += s3;
-  }
-  out[0] = t0;
-  out[1] = t1;
-  out[2] = t2;
-  out[3] = t3;
-}
-
-void window_products(const int16_t* windows, int count, int n, const int16_t* weights,
-                     int rows, int64_t* acc) {
-  for (int r = 0; r < rows; ++r) {
-    const int16_t* w = weights + static_cast<size_t>(r) * n;
-    if (count == kWindowBlock) {
-      int64_t o[kWindowBlock];
-      dot16x4(windows, static_cast<size_t>(n), w, n, o);
-      for (int b = 0; b < kWindowBlock; ++b) {
-        acc[static_cast<size_t>(b) * rows + r] += o[b];
-      }
-    } else {
-      for (int b = 0; b < count; ++b) {
-        acc[static_cast<size_t>(b) * rows + r] += dot16(windows + static_cast<size_t>(b) * n, w, n);
-      }
-    }
-  }
-}
-
 void gather_window(const int16_t* in, int h, int w, int c, int y0, int x0, int kh, int kw,
                    int dil_y, int dil_x, int16_t* row) {
   for (int ky = 0; ky < kh; ++ky) {

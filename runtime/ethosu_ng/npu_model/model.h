@@ -27,15 +27,6 @@ namespace detail {
 // convolutions' inner product wherever every IFM value fits 16 bits.
 int64_t dot16(const int16_t* a, const int16_t* b, int n);
 
-// How many OFM positions of a row a narrow convolution takes at once.
-constexpr int kWindowBlock = 4;
-
-// acc[b * rows + r] += dot16(window b, weight row r), for `count` (1 to
-// kWindowBlock) windows of `n` values laid out one after another and `rows`
-// weight rows of `n` (dot.cpp).
-void window_products(const int16_t* windows, int count, int n, const int16_t* weights,
-                     int rows, int64_t* acc);
-
 // The window of one convolution output over an NHWC int16 IFM of h x w x c,
 // its top-left tap at (y0, x0), as one row [ky][kx][c] (a weight row's
 // layout), zero where a tap falls outside the IFM (dot.cpp).

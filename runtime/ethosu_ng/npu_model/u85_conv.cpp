@@ -479,28 +479,20 @@ Error Model::u85_conv(bool depthwise) {
   // as a weight row ([ky][kx][ic], zero where the window is in the padding):
   // one long dot product per output channel instead of one per kernel tap.
   const size_t row = static_cast<size_t>(kh) * kw * ifm.c;
-  // kWindowBlock positions of an OFM row at a time: each weight row is read
-  // once for all of them.
-  std::vector<int16_t> windows(narrow ? row * kWindowBlock : 0);
-  std::vector<int64_t> accvs(static_cast<size_t>(ofm.c) * (narrow ? kWindowBlock : 1));
+  std::vector<int16_t> window(narrow ? row : 0);
+  std::vector<int64_t> accv(ofm.c);
   for (int oy = 0; oy < ofm.h; ++oy) {
-    for (int ox0 = 0; ox0 < ofm.w;) {
-      const int count = narrow ? std::min(kWindowBlock, ofm.w - ox0) : 1;
-      for (int b = 0; b < count; ++b) {
-        for (int c = 0; c < ofm.c; ++c) {
-          accvs[static_cast<size_t>(b) * ofm.c + c] = bias[c];
-        }
+    for (int ox = 0; ox < ofm.w; ++ox) {
+      for (int c = 0; c < ofm.c; ++c) {
+        accv[c] = bias[c];
       }
       if (narrow) {
-        for (int b = 0; b < count; ++b) {
-          gather_window(in16.data(), ifm.h, ifm.w, ifm.c, oy * stride_y - pt,
-                        (ox0 + b) * stride_x - pl, kh, kw, dil_y, dil_x, &windows[b * row]);
+        gather_window(in16.data(), ifm.h, ifm.w, ifm.c, oy * stride_y - pt, ox * stride_x - pl,
+                      kh, kw, dil_y, dil_x, window.data());
+        for (int oc = 0; oc < ofm.c; ++oc) {
+          accv[oc] += dot16(window.data(), &W[static_cast<size_t>(oc) * row], static_cast<int>(row));
         }
-        window_products(windows.data(), count, static_cast<int>(row), W.data(), ofm.c,
-                        accvs.data());
       }
-      const int ox = ox0;
-      int64_t* accv = accvs.data();
       for (int ky = 0; !narrow && ky < kh; ++ky) {
         const int iy = oy * stride_y - pt + ky * dil_y;
         if (iy < 0 || iy >= ifm.h) {
@@ -528,17 +520,13 @@ Error Model::u85_conv(bool depthwise) {
           }
         }
       }
-      for (int b = 0; b < count; ++b) {
-        const int64_t* out = &accvs[static_cast<size_t>(b) * ofm.c];
-        for (int c = 0; c < ofm.c; ++c) {
-          e = u85_write_output(ofm, oy, ox0 + b, c,
-                               scale_round(out[c], scale[c], shift[c], ofm_round_));
-          if (e != Error::Ok) {
-            return e;
-          }
+      for (int c = 0; c < ofm.c; ++c) {
+        e = u85_write_output(ofm, oy, ox, c,
+                             scale_round(accv[c], scale[c], shift[c], ofm_round_));
+        if (e != Error::Ok) {
+          return e;
         }
       }
-      ox0 += count;
     }
   }
   return Error::Ok;
