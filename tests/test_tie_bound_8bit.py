@@ -194,7 +194,18 @@ def _verify(got: int, bound):
         b[1, 2] = bound
         return [b]
 
-    exact.set_result(([([want], [want], None)], 0.0, 0.0, reference.samples, None, bounds, (0, [])))
+    exact.set_result(
+        verify_lowering.ExactEvaluation(
+            runs=[([want], [want], None)],
+            seconds=0.0,
+            cpu_seconds=0.0,
+            samples=reference.samples,
+            evaluate=None,
+            flipped=lambda s: [want],
+            bounds=bounds,
+            tables=(0, []),
+        )
+    )
     verdict = verify_lowering.verify(
         "p", reference, exact, [out], EthosUNGCompileSpec("ethos-u85-256")
     )

@@ -154,12 +154,13 @@ def test_conv2d(win, oc, dtype, seed, zero_points, widen):
     check(b.tosa(), [_draw_input(rng, [n, h, w, c], dtype)])
 
 
-@pytest.mark.parametrize("op", ["CONV2D", "MATMUL"])
+@pytest.mark.parametrize("op", ["CONV2D", "DEPTHWISE_CONV2D", "MATMUL"])
 @pytest.mark.parametrize("terms", [258, 259, 577])
 def test_sums_past_what_one_float32_product_holds(op, terms):
     """Every product at the largest magnitude, one sign: ``terms`` of 255 * 255 pass 2**24
-    from 259 on, where a float32 product in one piece rounds; the evaluator chunks the
-    reduction and agrees with the reference model."""
+    from 259 on, where a float32 sum rounds; the evaluator chunks the reduction (a depthwise
+    kernel of ``terms`` taps sums its float32 products in float64) and agrees with the
+    reference model."""
     b = G()
     lo = _RANGE["INT8"][0]
     zp = b.const([_RANGE["INT8"][1]], "INT8")  # -128 - 127 = -255 on both sides
@@ -179,6 +180,22 @@ def test_sums_past_what_one_float32_product_holds(op, terms):
             acc_type=ts.DType.__members__["INT32"],
         )
         inputs = [np.full([1, 2, 2, terms], lo, dtype=np.int8)]
+    elif op == "DEPTHWISE_CONV2D":  # a 1 x terms kernel over a 1 x terms map: one output
+        x = b.input([1, 1, terms, 2], "INT8")
+        wt = b.const(np.full([1, terms, 2, 1], lo), "INT8")
+        bias = b.const([0, 0], "INT32")
+        b.op(
+            "DEPTHWISE_CONV2D",
+            [x, wt, bias, zp, zp],
+            [1, 1, 1, 2],
+            "INT32",
+            pad=[0, 0, 0, 0],
+            stride=[1, 1],
+            dilation=[1, 1],
+            local_bound=False,
+            acc_type=ts.DType.__members__["INT32"],
+        )
+        inputs = [np.full([1, 1, terms, 2], lo, dtype=np.int8)]
     else:
         x, y = b.input([1, 2, terms], "INT8"), b.input([1, terms, 3], "INT8")
         b.op("MATMUL", [x, y, zp, zp], [1, 2, 3], "INT32")

@@ -553,8 +553,8 @@ def test_the_lowering_check_evaluates_as_the_lockstep_evaluation(
         assert flipped is None
         spec = TensorSpec(torch.int8, tuple(x.shape), (0, 1, 2, 3), scale=0.1, zero_point=0)
         reference = verify_npu.Reference([[x.numpy()]], None)
-        *_, flipped_of, _, _ = verify_lowering.start_exact(gm, reference, [spec]).result()
-        (flipped,) = flipped_of([x.numpy()])
+        evaluation = verify_lowering.start_exact(gm, reference, [spec]).result()
+        (flipped,) = evaluation.flipped([x.numpy()])
     else:
         (flipped,) = flipped
     assert torch.equal(flipped, want_flipped)
@@ -618,15 +618,15 @@ def test_tolerance_by_output_kind(kind, shape, off, where):
     ref.set_result(([[got.numpy()]], None, 0.0))
     reference = verify_npu.Reference([[want.numpy()]], ref)
     exact.set_result(
-        (
-            [([want], [want], None)],
-            0.0,
-            0.0,
-            reference.samples,
-            None,
-            lambda s: [want],
-            lambda s: None,
-            (0, []),
+        verify_lowering.ExactEvaluation(
+            runs=[([want], [want], None)],
+            seconds=0.0,
+            cpu_seconds=0.0,
+            samples=reference.samples,
+            evaluate=None,
+            flipped=lambda s: [want],
+            bounds=lambda s: None,
+            tables=(0, []),
         )
     )
     spec = EthosUNGCompileSpec("ethos-u55-128")
@@ -669,7 +669,18 @@ def test_the_flipped_run_is_made_where_tosa_is_beyond_a_step(off, moved, verdict
     ref.set_result(([[want.numpy()], [got.numpy()]], None, 0.0))
     reference = verify_npu.Reference(samples, ref)
     runs = [([want], None, None), ([want], None, None)]
-    exact.set_result((runs, 0.0, 0.0, reference.samples, None, flipped_run, lambda s: [], (0, [])))
+    exact.set_result(
+        verify_lowering.ExactEvaluation(
+            runs=runs,
+            seconds=0.0,
+            cpu_seconds=0.0,
+            samples=reference.samples,
+            evaluate=None,
+            flipped=flipped_run,
+            bounds=lambda s: [],
+            tables=(0, []),
+        )
+    )
     args = ("p", reference, exact, [out], EthosUNGCompileSpec("ethos-u55-128"))
     if verdict == "verified":
         v = verify_lowering.verify(*args)

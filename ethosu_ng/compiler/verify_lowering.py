@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -181,16 +181,39 @@ def _farthest(base, readings):
     return out
 
 
+class ExactEvaluation(NamedTuple):
+    """What ``start_exact``'s future gives ``verify``: the runs on ``samples`` and the functions
+    that evaluate more where the comparison needs it (each on one sample in NPU order)."""
+
+    runs: list  # per sample, ``_exact_all``'s (exact, flipped or None, hardware reading)
+    seconds: float
+    cpu_seconds: float
+    samples: list  # the samples ``runs`` are of
+    evaluate: Optional[Callable]  # other samples (a fallback range), as ``runs``, seconds, CPU
+    flipped: Callable  # the exact outputs with every near tie rounded the other way
+    bounds: Callable  # per output, the tie bound, or None where an op has no rule
+    tables: Tuple[int, list]  # int16: lookup tables checked, and those that differ
+
+
 def start_exact(
     gm, reference: Optional[Reference], inputs: Sequence[TensorSpec], *, tosa: bytes = b""
 ) -> Optional[Future]:
     """Evaluate the quantized partition ``gm`` exactly on ``reference``'s full-range samples
-    (``inputs``: the specs that lay each sample out, with the NPU dim order), in a thread. The
-    result is ``_exact_all``'s, the function that evaluates other samples the same way (the
-    reference's fallback range), and, for an int16 partition, where the TOSA graph ``tosa``'s
-    lookup tables are not the ones ``gm`` asks for (``int16_table.table_mismatches``)."""
+    (``inputs``: the specs that lay each sample out, with the NPU dim order), in a thread: an
+    ``ExactEvaluation``, with, for an int16 partition, where the TOSA graph ``tosa``'s lookup
+    tables are not the ones ``gm`` asks for (``int16_table.table_mismatches``)."""
     if gm is None or reference is None:
         return None
+    evaluator = None  # one for the on-demand runs, which keeps the dequantized constants
+
+    def run(sample, **mode):
+        nonlocal evaluator
+        from ethosu_ng.numerics.op_numerics import ExactEvaluator
+
+        evaluator = evaluator or ExactEvaluator(gm)
+        logical = [_logical(a, s) for a, s in zip(sample, inputs)]
+        with torch.no_grad():
+            return evaluator.run(logical, rounding="half_up", **mode)
 
     def evaluate(samples):
         return _exact_all(
@@ -198,30 +221,18 @@ def start_exact(
         )
 
     def flipped(sample):
-        """The exact outputs on ``sample`` (NPU order) with every near tie rounded the other
-        way."""
-        from ethosu_ng.numerics.op_numerics import ExactEvaluator
-
-        logical = [_logical(a, s) for a, s in zip(sample, inputs)]
-        with torch.no_grad():
-            run = ExactEvaluator(gm).run(logical, rounding="half_up", flip_ties_within=NEAR_TIE)
-        return run.outputs
+        return run(sample, flip_ties_within=NEAR_TIE).outputs
 
     def bounds(sample):
-        """Per output, the tie bound of the exact evaluation on ``sample`` (NPU order), or
-        None where an op has no rounding-sensitivity rule."""
-        from ethosu_ng.numerics.op_numerics import ExactEvaluator
         from ethosu_ng.numerics.tie_bound import Unbounded
 
-        logical = [_logical(a, s) for a, s in zip(sample, inputs)]
         try:
-            with torch.no_grad():
-                run = ExactEvaluator(gm).run(logical, rounding="half_up", tie_bound_within=NEAR_TIE)
+            result = run(sample, tie_bound_within=NEAR_TIE)
         except Unbounded:
             return None
-        if run.tie_bounds is None:  # NEAR_TIE 0: no tie to bound
+        if result.tie_bounds is None:  # NEAR_TIE 0: no tie to bound
             return None
-        return [d.expand(o.shape) for d, o in zip(run.tie_bounds, run.outputs)]
+        return [d.expand(o.shape) for d, o in zip(result.tie_bounds, result.outputs)]
 
     def tables():
         from ethosu_ng.numerics.int16_table import graph_tables, table_mismatches
@@ -231,9 +242,12 @@ def start_exact(
         return len(graph_tables(tosa)), table_mismatches(gm, tosa)
 
     samples = reference.samples
-    return _EXACT_POOL.submit(
-        lambda: (*evaluate(samples), samples, evaluate, flipped, bounds, tables())
-    )
+
+    def first():
+        runs, seconds, cpu = evaluate(samples)
+        return ExactEvaluation(runs, seconds, cpu, samples, evaluate, flipped, bounds, tables())
+
+    return _EXACT_POOL.submit(first)
 
 
 # A verification sample on which a partition's while_loop runs longer is not used: the eager
@@ -298,16 +312,15 @@ def verify(
     except Exception as e:  # noqa: BLE001 - a graph the reference rejects cannot be checked
         return LoweringVerdict("skipped", f"TOSA reference model: {type(e).__name__}: {e}")
     try:
-        exact_runs, exact_s, exact_cpu, evaluated, evaluate, flipped, bounds, tables = (
-            exact.result()
-        )
-        if evaluated is not reference.samples:
+        evaluation: ExactEvaluation = exact.result()
+        exact_runs, exact_s, exact_cpu = evaluation[:3]
+        if evaluation.samples is not reference.samples:
             # The reference ran a fallback range: evaluate that pair (on the critical path).
-            exact_runs, more_s, more_cpu = evaluate(reference.samples)
+            exact_runs, more_s, more_cpu = evaluation.evaluate(reference.samples)
             exact_s, exact_cpu = exact_s + more_s, exact_cpu + more_cpu
     except Exception as e:  # noqa: BLE001 - an op the exact evaluation cannot run
         return LoweringVerdict("skipped", f"exact evaluation: {type(e).__name__}: {e}")
-    checked, mismatches = tables
+    checked, mismatches = evaluation.tables
     if mismatches:
         raise LoweringDeviation(
             name,
@@ -372,7 +385,7 @@ def verify(
             if ((d > step + amplified) & ~right).any():
                 if flipped_all is None:
                     t1 = time.thread_time()
-                    flipped_all = flipped(reference.samples[k])
+                    flipped_all = evaluation.flipped(reference.samples[k])
                     verdict.exact_cpu_seconds += time.thread_time() - t1
                 moved = logical_to_npu(flipped_all[j].to(s.dtype), s).astype(np.int64)
                 moved = np.abs(moved.reshape(-1) - want)
@@ -382,7 +395,7 @@ def verify(
             over = np.flatnonzero((d > tol) & ~right)
             if over.size and hardware is None:
                 if sample_bounds is None:
-                    sample_bounds = bounds(reference.samples[k]) or []
+                    sample_bounds = evaluation.bounds(reference.samples[k]) or []
                 if not sample_bounds:
                     verdict.tie_bound = -1
                 else:
