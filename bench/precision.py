@@ -41,6 +41,22 @@ sys.path.insert(0, HERE)
 CONFIGS = ("ours-int8", "ours-a16w8", "upstream-int8", "upstream-a16w8")
 
 
+def _observer(kind, grid_scale):
+    """The int16 activation observer class for ``--int16-observer`` / ``--int16-grid-scale``."""
+    from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
+
+    base = HistogramObserver if kind == "histogram" else MinMaxObserver
+    if grid_scale is None:
+        return base
+
+    class Scaled(base):
+        def calculate_qparams(self):
+            scale, zero_point = super().calculate_qparams()
+            return scale * grid_scale, zero_point
+
+    return Scaled
+
+
 def quantize_for(config: str, model, x, calib, target: str):
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -130,17 +146,38 @@ def main():
         help="ours-a16w8 with this smallest int16 scale (quantizer.INT16_SCALE_FLOOR); "
         "upstream's default is 2**-12",
     )
+    ap.add_argument(
+        "--int16-observer",
+        choices=("minmax", "histogram"),
+        help="ours-a16w8 observing int16 activations this way (quantizer.INT16_OBSERVER); "
+        "upstream's is the histogram",
+    )
+    ap.add_argument(
+        "--int16-grid-scale",
+        type=float,
+        help="ours-a16w8 with every int16 activation's grid this many times the observed range",
+    )
     ap.add_argument("--resume", metavar="FILE", help="JSON file of finished rows")
     args = ap.parse_args()
 
     from compare_upstream import load, run_isolated
 
+    import ethosu_ng.quantizer as ours_quantizer
     from ethosu_ng.precision import batch_outputs, sqnr_db
 
     if args.int16_scale_floor is not None:
-        import ethosu_ng.quantizer
-
-        ethosu_ng.quantizer.INT16_SCALE_FLOOR = args.int16_scale_floor
+        ours_quantizer.INT16_SCALE_FLOOR = args.int16_scale_floor
+    if args.int16_observer is not None or args.int16_grid_scale is not None:
+        ours_quantizer.INT16_OBSERVER = _observer(args.int16_observer, args.int16_grid_scale)
+    ours_variant = "".join(
+        f"|{name} {value}"
+        for name, value in (
+            ("floor", args.int16_scale_floor),
+            ("observer", args.int16_observer),
+            ("grid", args.int16_grid_scale),
+        )
+        if value is not None
+    )
 
     done = {}
     if args.resume and os.path.exists(args.resume):
@@ -168,14 +205,20 @@ def main():
         for config in args.configs:
             key = f"{spec_str}|{args.target}|{config}|{args.no_lower}"
             key += f"|tests {args.tests}" if args.tests != 1 else ""
-            if args.int16_scale_floor is not None and config == "ours-a16w8":
-                key += f"|floor {args.int16_scale_floor}"
+            if config == "ours-a16w8":
+                key += ours_variant
             if key not in done or "error" in done[key]:  # a failed row is run again
                 t0 = time.time()
                 q = quantize_for(config, model, x, calib, args.target)
                 with torch.no_grad():
-                    eager = sqnr_db(batch_outputs(q, tests), want)
-                r = {"eager": eager, "quantize_s": time.time() - t0}
+                    got = batch_outputs(q, tests)
+                    eager = sqnr_db(got, want)
+                    per = len(want) // len(tests)  # outputs per batch
+                    each = [
+                        sqnr_db(got[k : k + per], want[k : k + per])
+                        for k in range(0, len(want), per)
+                    ]
+                r = {"eager": eager, "eager_each": each, "quantize_s": time.time() - t0}
                 if not args.no_lower:
                     path = os.path.join(workdir, f"{len(os.listdir(workdir))}.pt2")
                     torch.export.save(torch.export.export(q, x), path)
@@ -211,10 +254,10 @@ def main():
                     f"{r['lower_s']:.0f}" if "lower_s" in r else "-",
                 ]
             )
-            print(
-                f"| {spec_str} | {config} | {r['eager']:.2f} | " + " | ".join(cells) + " |",
-                flush=True,
-            )
+            eager = f"{r['eager']:.2f}"
+            if len(r.get("eager_each", [])) > 1:
+                eager += " (" + " / ".join(f"{v:.2f}" for v in r["eager_each"]) + ")"
+            print(f"| {spec_str} | {config} | {eager} | " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

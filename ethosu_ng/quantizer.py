@@ -38,10 +38,13 @@ ModuleKey = Union[str, type]
 # Smallest int16 activation scale. Upstream's a16w8 default, 2**-12, floors the scale of every
 # activation whose range is under +-8; on timm efficientvit_m0 (random weights) that leaves
 # some activation no signal (eager SQNR 0.84 dB at 2**-14, 0.00 with upstream's config, 38.24 dB
-# at 2**-24). A floor high enough to spare a held-out batch from saturating a small calibrated
-# range (deit_tiny: within 0.5 dB of upstream on each of three batches from 2**-14 up) is that
-# floor; none serves both, so there is none to speak of (docs/accuracy.md).
+# at 2**-24). A floor of 2**-14 would bring deit_tiny within 0.5 dB of upstream on each of three
+# held-out batches; losing a model outright weighs more, so there is no floor to speak of
+# (docs/accuracy.md, bench/precision.py --int16-scale-floor).
 INT16_SCALE_FLOOR = 2.0**-24
+# How an int16 activation's range is observed (``_int16_activation``; bench/precision.py
+# --int16-observer measures the alternative).
+INT16_OBSERVER = MinMaxObserver
 
 
 def activation_config(dtype: torch.dtype, per_channel: bool = True):
@@ -72,7 +75,7 @@ def _int16_activation(spec):
     such values adds the step up)."""
     if spec is None:
         return spec
-    observer = MinMaxObserver.with_args(eps=INT16_SCALE_FLOOR)
+    observer = INT16_OBSERVER.with_args(eps=INT16_SCALE_FLOOR)
     spec = dataclasses.replace(spec, observer_or_fake_quant_ctr=observer)
     if spec.quant_min != torch.iinfo(torch.int16).min + 1:
         return spec
