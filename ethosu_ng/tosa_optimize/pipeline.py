@@ -88,18 +88,20 @@ def rewrite_pipeline(
     skipped = set(disabled)
     if target is not None:
         family = target_family(target)
-        skipped |= {r for r in REWRITES if family not in getattr(r, "families", (family,))}
+        skipped |= {r for r in REWRITES if r.families is not None and family not in r.families}
     return ordered_without(REWRITES, skipped, "TOSA rewrite", RewriteOrderError)
 
 
-def run_rewrites(graph: tosa_ir.Graph, rewrites: Sequence[type]) -> Dict[str, int]:
-    """Apply ``rewrites`` in order, in rounds, until a round changes nothing; how often each
-    applied."""
+def run_rewrites(
+    graph: tosa_ir.Graph, rewrites: Sequence[type], family: Optional[str] = None
+) -> Dict[str, int]:
+    """Apply ``rewrites`` (for target ``family``) in order, in rounds, until a round changes
+    nothing; how often each applied."""
     counts: Counter = Counter()
     for _ in range(MAX_ROUNDS):
         changed = []
         for rewrite in rewrites:
-            n = rewrite().apply(graph)
+            n = rewrite(family).apply(graph)
             if not n:
                 continue
             graph.remove_dead()
@@ -186,7 +188,7 @@ def _optimize(flatbuffer, op_sources, disabled, target) -> Optimized:
     except tosa_ir.UnsupportedGraph as e:
         logger.info("TOSA optimisation skipped: %s", e)
         return Optimized(flatbuffer, sources)
-    applied = run_rewrites(graph, rewrites)
+    applied = run_rewrites(graph, rewrites, target_family(target) if target else None)
     if not applied:
         return Optimized(flatbuffer, sources)
     out = tosa_ir.write(graph)

@@ -23,6 +23,7 @@ from typing import Optional
 import numpy as np
 
 from ethosu_ng.tosa_optimize.graph import Graph, Operator
+from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
 from ethosu_ng.tosa_optimize.rewrites._rescale import (
     Rescale,
     is_operand_rescale,
@@ -49,7 +50,7 @@ def _single_round(r: Rescale) -> bool:
     return str(r.op.attr.get("rounding_mode", "")).endswith("SINGLE_ROUND")
 
 
-class AddOperandShiftToResult:
+class AddOperandShiftToResult(TosaRewrite):
     # Shared operand RESCALEs are split first; this one needs each to have one reader.
     runs_after = (SplitSharedRescale,)
 

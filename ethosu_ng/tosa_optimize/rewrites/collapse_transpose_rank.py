@@ -22,6 +22,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from ethosu_ng.tosa_optimize.graph import Graph, Operator, Tensor
+from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
 from ethosu_ng.tosa_optimize.rewrites._layout import perm_of
 from ethosu_ng.tosa_optimize.rewrites.sink_transpose_to_cancel import SinkTransposeToCancel
 from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import (
@@ -65,7 +66,7 @@ def _only_units_between(shape, a: int, b: int) -> bool:
     return b > a and all(shape[d] == 1 for d in range(a + 1, b))
 
 
-class CollapseTransposeRank:
+class CollapseTransposeRank(TosaRewrite):
     # Last: a transpose that is a reshape, or that cancels, goes first (the reshapes this adds
     # would hide it from SinkTransposeToCancel).
     runs_after = (UnitDimTransposeToReshape, SinkTransposeToCancel)

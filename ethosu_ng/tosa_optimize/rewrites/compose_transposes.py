@@ -9,10 +9,11 @@ readers it stays for them, so this is done only when the composition is the iden
 from __future__ import annotations
 
 from ethosu_ng.tosa_optimize.graph import Graph
+from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
 from ethosu_ng.tosa_optimize.rewrites._layout import compose, is_identity, perm_of, readers
 
 
-class ComposeTransposes:
+class ComposeTransposes(TosaRewrite):
     runs_after = ()
 
     def apply(self, graph: Graph) -> int:

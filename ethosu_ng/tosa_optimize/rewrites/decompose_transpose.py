@@ -24,6 +24,7 @@ The plan is the fewest swaps (breadth-first over block orders; the state space i
 from __future__ import annotations
 
 from ethosu_ng.tosa_optimize.graph import Graph
+from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
 from ethosu_ng.tosa_optimize.rewrites._layout import perm_of, swap_plan, swap_views
 from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import CollapseTransposeRank, collapse
 from ethosu_ng.tosa_optimize.rewrites.fuse_transpose_chain import FuseTransposeChain
@@ -32,7 +33,7 @@ from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import moves
 SWAP_PERM = [1, 0, 2]
 
 
-class DecomposeTranspose:
+class DecomposeTranspose(TosaRewrite):
     # After the rank is as low as it goes and chains are fused; cancelling pairs see the
     # original transpose.
     runs_after = (CollapseTransposeRank, FuseTransposeChain)

@@ -6,6 +6,7 @@ part of the contract)."""
 from __future__ import annotations
 
 from ethosu_ng.tosa_optimize.graph import Graph
+from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
 from ethosu_ng.tosa_optimize.rewrites._layout import is_identity, perm_of
 from ethosu_ng.tosa_optimize.rewrites.compose_transposes import ComposeTransposes
 from ethosu_ng.tosa_optimize.rewrites.merge_reshapes import MergeReshapes
@@ -19,7 +20,7 @@ def is_identity_op(graph: Graph, op) -> bool:
     return False
 
 
-class DropIdentityDataMovement:
+class DropIdentityDataMovement(TosaRewrite):
     runs_after = (ComposeTransposes, MergeReshapes)  # they leave identities behind
 
     def apply(self, graph: Graph) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple
 
 from ethosu_ng.tosa_optimize.graph import Graph, Operator
+from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
 from ethosu_ng.tosa_optimize.rewrites._layout import perm_of, single_consumer, swap_plan
 from ethosu_ng.tosa_optimize.rewrites.collapse_transpose_rank import (
     collapse,
@@ -94,7 +95,7 @@ def fused_permutation(
     return [sizes[a] for a in input_order], [input_order.index(a) for a in final]
 
 
-class FuseTransposeChain:
+class FuseTransposeChain(TosaRewrite):
     # Adjacent pairs are ComposeTransposes' (it names what it did); before the transposes are
     # collapsed and split, so it sees the chain as the lowering wrote it.
     runs_after = (ComposeTransposes, MergeReshapes)

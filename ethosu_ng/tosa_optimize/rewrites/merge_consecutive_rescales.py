@@ -20,6 +20,7 @@ from typing import Iterator, Optional, Tuple
 import numpy as np
 
 from ethosu_ng.tosa_optimize.graph import Graph, Operator
+from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
 from ethosu_ng.tosa_optimize.rewrites._rescale import (
     NARROW,
     Rescale,
@@ -75,7 +76,7 @@ def merged_scale(r1: Rescale, r2: Rescale) -> Optional[Tuple[int, int]]:
     return None
 
 
-class MergeConsecutiveRescales:
+class MergeConsecutiveRescales(TosaRewrite):
     def apply(self, graph: Graph) -> int:
         changed = 0
         producers, consumers = graph.producers(), graph.consumers()

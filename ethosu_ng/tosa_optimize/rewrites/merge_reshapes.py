@@ -9,13 +9,14 @@ each), so merging into a shared one costs cycles (measured on the attention scen
 from __future__ import annotations
 
 from ethosu_ng.tosa_optimize.graph import Graph
+from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
 from ethosu_ng.tosa_optimize.rewrites._layout import readers
 from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import (
     UnitDimTransposeToReshape,
 )
 
 
-class MergeReshapes:
+class MergeReshapes(TosaRewrite):
     runs_after = (UnitDimTransposeToReshape,)  # the reshapes it makes merge in the same round
 
     def apply(self, graph: Graph) -> int:

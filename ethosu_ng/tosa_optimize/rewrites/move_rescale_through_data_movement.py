@@ -31,6 +31,7 @@ from typing import List, Optional
 import numpy as np
 
 from ethosu_ng.tosa_optimize.graph import Graph, Operator, Tensor
+from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
 from ethosu_ng.tosa_optimize.rewrites._rescale import (
     NARROW,
     OUTPUT_SCALING,
@@ -83,7 +84,7 @@ def _pad_value(graph: Graph, pad: Operator) -> Optional[int]:
     return None if arr is None or arr.size != 1 else int(arr.ravel()[0])
 
 
-class MoveRescaleThroughDataMovement:
+class MoveRescaleThroughDataMovement(TosaRewrite):
     def apply(self, graph: Graph) -> int:
         changed = 0
         producers, consumers = graph.producers(), graph.consumers()

@@ -37,6 +37,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ethosu_ng.tosa_optimize.graph import Graph, Operator
+from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
 from ethosu_ng.tosa_optimize.rewrites._layout import (
     compose,
     elementwise_inputs,
@@ -81,7 +82,7 @@ class _Plan:
     score: int  # transposes removed minus added
 
 
-class SinkTransposeToCancel:
+class SinkTransposeToCancel(TosaRewrite):
     runs_after = (ComposeTransposes,)  # adjacent pairs are composed first; this finds the rest
 
     def apply(self, graph: Graph) -> int:

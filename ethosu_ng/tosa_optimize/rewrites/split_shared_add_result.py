@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from ethosu_ng.tosa_optimize.graph import Graph, Operator
+from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
 from ethosu_ng.tosa_optimize.rewrites._rescale import (
     NARROW,
     Rescale,
@@ -55,7 +56,7 @@ def folding_result_rescale(graph: Graph, reader: Operator, y: str) -> Optional[R
     return r
 
 
-class SplitSharedAddResult:
+class SplitSharedAddResult(TosaRewrite):
     # On Ethos-U55 the copy (8-bit operands and result, scaled) costs more than the RESCALE it
     # folds: ``[1, 56, 56, 40]`` 188,160 against 156,800 cycles; on U85 31,360 against 289,754.
     families = ("ethos-u85",)

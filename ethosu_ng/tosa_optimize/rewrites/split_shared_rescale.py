@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import List, Tuple
 
 from ethosu_ng.tosa_optimize.graph import Graph, Operator
+from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
 from ethosu_ng.tosa_optimize.rewrites._rescale import absorbs_operand, read_rescale
 
 
@@ -29,7 +30,7 @@ def _other_operand_folds(graph: Graph, producers, consumer: Operator, slot: int,
     return p is not None and absorbs_operand(consumer, read_rescale(graph, p))
 
 
-class SplitSharedRescale:
+class SplitSharedRescale(TosaRewrite):
     def apply(self, graph: Graph) -> int:
         changed = 0
         producers = graph.producers()

@@ -8,6 +8,7 @@ unchanged, so the transpose is a reshape (which Vela does without moving data).
 from __future__ import annotations
 
 from ethosu_ng.tosa_optimize.graph import Graph
+from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
 from ethosu_ng.tosa_optimize.rewrites._layout import perm_of
 
 
@@ -16,7 +17,7 @@ def moves_only_unit_dims(shape, perm) -> bool:
     return kept == sorted(kept)
 
 
-class UnitDimTransposeToReshape:
+class UnitDimTransposeToReshape(TosaRewrite):
     runs_after = ()
 
     def apply(self, graph: Graph) -> int:
