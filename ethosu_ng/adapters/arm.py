@@ -231,6 +231,35 @@ def _tables_before_pooling(edge_program: ExportedProgram) -> Iterator[None]:
             apm._registered_pass_insertions[k] = apm.PassInsertions(before, after)
 
 
+@contextmanager
+def _int8_round_trips_kept(spec: EthosUNGCompileSpec) -> Iterator[None]:
+    """On Ethos-U55/U65, upstream's ``FuseConsecutiveRescalesPass`` does not run.
+
+    It removes each ``RESCALE(int32 -> int8) -> RESCALE(int8 -> int32)`` pair whose scales
+    compose to about one: a residual ADD's int32 sum then feeds the next residual ADD directly
+    (ConvNeXt, every ``x = x + f(x)`` chain), skipping the int8 rounding and clamp the quantized
+    model has there. The sum, read twice, stays int32, and Vela 5.1 on Ethos-U55/U65 folds an
+    ADD's operand scales only into an ADD with an 8/16-bit result
+    (``EthosU55Constraints::SupportedIFMQuant``): both operand RESCALEs and the result RESCALE
+    run as layers of their own. With the pair kept, each ADD rounds to int8 as the quantized
+    model does, and Vela folds every scale into the ADDs (a ConvNeXt stage: no standalone
+    RESCALE left). Ethos-U85 takes the fused form (``SplitSharedAddResult``)."""
+    if not upstream_compile_spec(spec).tosa_spec.is_U55_subset:
+        yield
+        return
+    from executorch.backends.arm._passes.fuse_consecutive_rescales_pass import (
+        FuseConsecutiveRescalesPass,
+    )
+    from executorch.exir.pass_base import PassResult
+
+    fuse = FuseConsecutiveRescalesPass.call
+    FuseConsecutiveRescalesPass.call = lambda self, graph_module: PassResult(graph_module, False)
+    try:
+        yield
+    finally:
+        FuseConsecutiveRescalesPass.call = fuse
+
+
 def lower_to_tosa(
     edge_program: ExportedProgram,
     spec: EthosUNGCompileSpec,
@@ -244,7 +273,11 @@ def lower_to_tosa(
     The TOSA flatbuffer is the same with or without it."""
     tosa_spec = TOSABackend.filter_tosa_compile_specs(upstream_compile_spec(spec))
     if op_sources is None:
-        with deferred_recompile(), _tables_before_pooling(edge_program):
+        with (
+            deferred_recompile(),
+            _tables_before_pooling(edge_program),
+            _int8_round_trips_kept(spec),
+        ):
             return bytes(TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes)
     import executorch.backends.arm.tosa.backend as tosa_backend
     from executorch.backends.arm.common.arm_compile_spec import ArmCompileSpec
@@ -259,7 +292,11 @@ def lower_to_tosa(
     tosa_spec.tosa_debug_mode = ArmCompileSpec.DebugMode.JSON
     tosa_backend.DebugHook = capture  # _preprocess builds its hook from this module global
     try:
-        with deferred_recompile(), _tables_before_pooling(edge_program):
+        with (
+            deferred_recompile(),
+            _tables_before_pooling(edge_program),
+            _int8_round_trips_kept(spec),
+        ):
             tosa = bytes(TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes)
     finally:
         tosa_backend.DebugHook = real_hook
