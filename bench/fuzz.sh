@@ -72,11 +72,14 @@ CRASHERS=$CORPUS/crashers
 
 command -v "$CXX" >/dev/null || die "$CXX not found (apt-get install clang libclang-rt-14-dev)"
 
+# One configure and build at a time (parallel test workers share the build tree).
+mkdir -p "$BUILD"
+exec 9>"$BUILD/.fuzz-build.lock"
+flock 9
 # Configured = a generated build system exists (a failed configure can leave CMakeCache.txt).
 if [ ! -f "$BUILD/build.ninja" ] && [ ! -f "$BUILD/Makefile" ]; then
   GEN=()
   if command -v ninja >/dev/null; then GEN=(-G Ninja); fi
-  mkdir -p "$BUILD"
   echo "bench/fuzz.sh: configuring $BUILD (cmake $CMAKE, python $PYTHON)" >&2
   CC=$CC CXX=$CXX nice -n "$NICE" "$CMAKE" -S "$ROOT" -B "$BUILD" "${GEN[@]}" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DETHOSU_NG_FUZZ=ON -DETHOSU_NG_WERROR=ON \
@@ -85,6 +88,7 @@ if [ ! -f "$BUILD/build.ninja" ] && [ ! -f "$BUILD/Makefile" ]; then
 fi
 nice -n "$NICE" "$CMAKE" --build "$BUILD" --target "$TARGET" --parallel "$JOBS" \
   || die "building $TARGET failed (output above)"
+exec 9>&-
 FUZZER=$BUILD/$TARGET
 mkdir -p "$CRASHERS"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
