@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, module_profile
@@ -78,6 +78,7 @@ def lowered_rescale_layers(model, x, target: str):
     st.integers(4, 8),
     st.sampled_from(["ethos-u55-128", "ethos-u65-256"]),
 )
+@example(16, 3, 1e-6, 8, "ethos-u55-128")  # timm's initial layer scale: the chain the pass forms
 def test_a_residual_chain_has_no_standalone_rescale_on_u55(
     channels, blocks, layer_scale, hw, target
 ):

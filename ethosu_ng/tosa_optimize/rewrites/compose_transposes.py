@@ -14,8 +14,6 @@ from ethosu_ng.tosa_optimize.rewrites._layout import compose, is_identity, perm_
 
 
 class ComposeTransposes(TosaRewrite):
-    runs_after = ()
-
     def apply(self, graph: Graph) -> int:
         producers = graph.producers()
         changed = 0

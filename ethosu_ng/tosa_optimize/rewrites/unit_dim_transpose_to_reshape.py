@@ -18,8 +18,6 @@ def moves_only_unit_dims(shape, perm) -> bool:
 
 
 class UnitDimTransposeToReshape(TosaRewrite):
-    runs_after = ()
-
     def apply(self, graph: Graph) -> int:
         changed = 0
         for op in list(graph.ops):
