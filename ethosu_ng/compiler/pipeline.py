@@ -80,6 +80,7 @@ def lower(
         verify=spec.tosa_optimize_verify,
         what=f"{name}: optimised TOSA",
         target=spec.target,
+        spec=spec,
     )
     if opt.changed:
         logger.info("%s: TOSA rewrites %s (%.2f s)", name, opt.applied, time.time() - t0)

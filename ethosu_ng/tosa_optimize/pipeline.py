@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
+from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.passes.pipeline import ordered_without
 from ethosu_ng.tosa_graph import tosa_io
 from ethosu_ng.tosa_optimize import graph as tosa_ir
@@ -34,6 +35,7 @@ from ethosu_ng.tosa_optimize.rewrites.sink_transpose_to_cancel import SinkTransp
 from ethosu_ng.tosa_optimize.rewrites.slice_before_transpose import SliceBeforeTranspose
 from ethosu_ng.tosa_optimize.rewrites.split_shared_add_result import SplitSharedAddResult
 from ethosu_ng.tosa_optimize.rewrites.split_shared_rescale import SplitSharedRescale
+from ethosu_ng.tosa_optimize.rewrites.stage_broadcast_constant import StageBroadcastConstant
 from ethosu_ng.tosa_optimize.rewrites.unit_dim_transpose_to_reshape import (
     UnitDimTransposeToReshape,
 )
@@ -55,6 +57,7 @@ REWRITES: Tuple[type, ...] = (
     AddOperandShiftToResult,
     MoveRescaleThroughDataMovement,
     MergeConsecutiveRescales,
+    StageBroadcastConstant,
 )
 # The rewrites that take standalone RESCALEs away (bench/rescale_cycles.py turns them off).
 RESCALE_REWRITES: Tuple[type, ...] = (
@@ -93,15 +96,18 @@ def rewrite_pipeline(
 
 
 def run_rewrites(
-    graph: tosa_ir.Graph, rewrites: Sequence[type], family: Optional[str] = None
+    graph: tosa_ir.Graph,
+    rewrites: Sequence[type],
+    family: Optional[str] = None,
+    spec: Optional[EthosUNGCompileSpec] = None,
 ) -> Dict[str, int]:
-    """Apply ``rewrites`` (for target ``family``) in order, in rounds, until a round changes
-    nothing; how often each applied."""
+    """Apply ``rewrites`` (for target ``family``, compiled by Vela with ``spec``) in order, in
+    rounds, until a round changes nothing; how often each applied."""
     counts: Counter = Counter()
     for _ in range(MAX_ROUNDS):
         changed = []
         for rewrite in rewrites:
-            n = rewrite(family).apply(graph)
+            n = rewrite(family, spec).apply(graph)
             if not n:
                 continue
             graph.remove_dead()
@@ -151,13 +157,19 @@ def optimize(
     verify: bool = False,
     what: str = "TOSA graph",
     target: Optional[str] = None,
+    spec: Optional[EthosUNGCompileSpec] = None,
 ) -> Optimized:
     """Run the rewrites on one TOSA flatbuffer. A graph the IR does not model is returned as is.
 
     ``verify``: run the original and the optimised graph on the TOSA reference model on random
     inputs; a difference raises ``verify.NotBitExact`` naming the rewrites that cause it alone.
-    ``target``: the Ethos-U target Vela compiles for (None: every rewrite)."""
-    result = _optimize(flatbuffer, op_sources, disabled, target)
+    ``target``: the Ethos-U target Vela compiles for (None: every rewrite); ``spec``: the
+    compile spec Vela compiles with (None: the target's defaults)."""
+    if spec is None and target is not None:
+        spec = EthosUNGCompileSpec(target)
+    if spec is not None and target is None:
+        target = spec.target
+    result = _optimize(flatbuffer, op_sources, disabled, target, spec)
     if verify and result.changed:
         from ethosu_ng.tosa_optimize.verify import NotBitExact, check_bit_exact
 
@@ -169,7 +181,9 @@ def optimize(
                 alone = [r for r in REWRITES if r.__name__ != name]
                 try:
                     check_bit_exact(
-                        flatbuffer, _optimize(flatbuffer, (), alone, target).tosa, what=what
+                        flatbuffer,
+                        _optimize(flatbuffer, (), alone, target, spec).tosa,
+                        what=what,
                     )
                 except NotBitExact:
                     culprits.append(name)
@@ -180,7 +194,7 @@ def optimize(
     return result
 
 
-def _optimize(flatbuffer, op_sources, disabled, target) -> Optimized:
+def _optimize(flatbuffer, op_sources, disabled, target, spec) -> Optimized:
     sources = list(op_sources or [])
     rewrites = rewrite_pipeline(disabled, target)
     try:
@@ -188,7 +202,8 @@ def _optimize(flatbuffer, op_sources, disabled, target) -> Optimized:
     except tosa_ir.UnsupportedGraph as e:
         logger.info("TOSA optimisation skipped: %s", e)
         return Optimized(flatbuffer, sources)
-    applied = run_rewrites(graph, rewrites, target_family(target) if target else None)
+    family = target_family(target) if target else None
+    applied = run_rewrites(graph, rewrites, family, spec)
     if not applied:
         return Optimized(flatbuffer, sources)
     out = tosa_ir.write(graph)

@@ -37,3 +37,26 @@ def core_clock_hz(system_config: str) -> Optional[float]:
         return float(_parsed().get(section, "core_clock"))
     except (configparser.Error, ValueError):
         return None
+
+
+def _memory_mode_area(memory_mode: str, key: str) -> Optional[str]:
+    """A memory mode's ``key`` (e.g. ``const_mem_area``), following ``inherit``."""
+    cp = _parsed()
+    section = f"Memory_Mode.{memory_mode}"
+    for _ in range(8):  # vela.ini's inheritance chains are one or two deep
+        if not cp.has_section(section):
+            return None
+        if cp.has_option(section, key):
+            return cp.get(section, key)
+        if not cp.has_option(section, "inherit"):
+            return None
+        section = cp.get(section, "inherit")
+    return None
+
+
+def constants_apart_from_feature_maps(memory_mode: str) -> bool:
+    """Vela keeps constants in another memory than the feature maps (``Shared_Sram``: constants
+    in flash on AXI1, the arena in SRAM on AXI0); False for an unknown memory mode."""
+    const = _memory_mode_area(memory_mode, "const_mem_area")
+    arena = _memory_mode_area(memory_mode, "arena_mem_area")
+    return const is not None and arena is not None and const != arena
