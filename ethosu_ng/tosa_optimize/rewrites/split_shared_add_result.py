@@ -4,9 +4,11 @@
 RESCALE that would fold into it as its output scale.
 
 Vela folds a result RESCALE into the ADD/SUB that writes its input only when that int32 tensor
-has one reader. Upstream's residual chains (ConvNeXt) read a residual ADD's int32 result twice:
-its RESCALE to int8 (into the next block's transpose and depthwise convolution) and the next
-residual ADD, which takes the sum unrequantized. The RESCALE then runs as a layer of its own, a
+has one reader. Residual chains (ConvNeXt) lowered with upstream's ``FuseConsecutiveRescalesPass``
+read a residual ADD's int32 result twice: its RESCALE to int8 (into the next block's transpose
+and depthwise convolution) and the next residual ADD, which takes the sum unrequantized (our
+lowering does not run that pass, ``adapters/arm.py``; a graph given to the stage may still have
+the form). The RESCALE then runs as a layer of its own, a
 pass reading the whole int32 tensor. A copy of the ADD/SUB reading the same operands, whose only
 reader is the RESCALE, lets Vela fold both the RESCALE and (after ``SplitSharedRescale`` gives
 the copy its own operand RESCALEs) the operand scales into one elementwise pass over 8-bit data

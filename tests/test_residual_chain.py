@@ -1,11 +1,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""Chained residual ADDs (``x = x + f(x)``, ConvNeXt's stages) on Ethos-U55/U65: every scale
-folds into an ADD, none runs as a RESCALE layer of its own, and the lowered partition computes
-what the quantized model computes (each sum rounded to int8).
+"""Chained residual ADDs (``x = x + f(x)``, ConvNeXt's stages) on every target family: every
+scale folds into an ADD, none runs as a RESCALE layer of its own, and the lowered partition
+computes what the quantized model computes (each sum rounded to int8).
 
 Upstream's ``FuseConsecutiveRescalesPass`` hands the next ADD the previous one's int32 sum,
-which Vela 5.1 on Ethos-U55/U65 cannot scale inside an ADD (``adapters/arm.py``,
-``_int8_round_trips_kept``)."""
+which Vela 5.1 cannot scale inside an ADD (``adapters/arm.py``, ``_int8_round_trips_kept``)."""
 
 import contextlib
 from collections import Counter
@@ -76,22 +75,21 @@ def lowered_rescale_layers(model, x, target: str):
     st.integers(2, 3),
     st.sampled_from([1e-6, 0.3, None]),
     st.integers(4, 8),
-    st.sampled_from(["ethos-u55-128", "ethos-u65-256"]),
+    st.sampled_from(["ethos-u55-128", "ethos-u65-256", "ethos-u85-256"]),
 )
 @example(16, 3, 1e-6, 8, "ethos-u55-128")  # timm's initial layer scale: the chain the pass forms
-def test_a_residual_chain_has_no_standalone_rescale_on_u55(
-    channels, blocks, layer_scale, hw, target
-):
+@example(16, 3, 1e-6, 8, "ethos-u85-256")
+def test_a_residual_chain_has_no_standalone_rescale(channels, blocks, layer_scale, hw, target):
     model = ResidualChain(channels, blocks, layer_scale).eval()
     rescales, _ = lowered_rescale_layers(model, torch.randn(1, channels, hw, hw), target)
     assert rescales == 0, (channels, blocks, layer_scale, hw, target)
 
 
 @pytest.mark.slow  # 24 s; the property above fails the same way without the kept round trips
-@pytest.mark.parametrize("target", ["ethos-u55-128"])
+@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
 def test_the_fused_int32_chain_is_what_costs_the_rescales(target, monkeypatch):
     """The same chain at timm's initial layer scale with upstream's pair fusion running: RESCALE
-    layers of their own, and more NPU cycles, on Ethos-U55."""
+    layers of their own, and more NPU cycles."""
     model = ResidualChain(16, 3, 1e-6).eval()
     x = torch.randn(1, 16, 8, 8)
     kept = lowered_rescale_layers(model, x, target)
