@@ -44,17 +44,20 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ethosu_ng.tosa_optimize.graph import Graph, Operator, ShapeValue, Tensor, read, write
+from ethosu_ng.tosa_optimize.graph import Graph, Operator, ShapeValue, Tensor, write
 from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
-from ethosu_ng.tosa_optimize.rewrites._rescale import NARROW, Rescale, read_rescale
+from ethosu_ng.tosa_optimize.rewrites._rescale import (
+    OPERAND_SCALING,
+    Rescale,
+    absorbs_operand,
+    read_rescale,
+)
 from ethosu_ng.tosa_optimize.rewrites.merge_consecutive_rescales import MergeConsecutiveRescales
 from ethosu_ng.tosa_optimize.rewrites.split_shared_rescale import SplitSharedRescale
 
 if TYPE_CHECKING:
     from ethosu_ng.compile_spec import EthosUNGCompileSpec
 
-# Operators Vela folds an operand RESCALE into (both operands' or neither): ``_rescale``'s rule.
-_FOLDS = {"ADD": "any", "SUB": "any", "MUL": "unit"}
 # Ops a constant may pass through and stay a constant to Vela (it folds them).
 _CONSTANT_PATH = frozenset({"RESHAPE"})
 _LITTLE_ENDIAN = {"INT8": "<i1", "INT16": "<i2"}
@@ -104,17 +107,10 @@ def _constant_source(graph: Graph, producers: Dict[str, Operator], name: str) ->
 
 
 def _folding_operand(graph: Graph, producers, op: Operator, k: int) -> Optional[Rescale]:
-    """Operand ``k`` of ``op``: an 8/16-bit -> int32 per-tensor RESCALE Vela folds into ``op``."""
+    """Operand ``k`` of ``op``: a RESCALE Vela folds into ``op`` as an operand scale."""
     p = producers.get(op.inputs[k])
     r = read_rescale(graph, p) if p is not None else None
-    if r is None or r.in_dtype not in NARROW or r.out_dtype != "INT32":
-        return None
-    if r.per_channel or r.unsigned or r.output_zp != 0:
-        return None
-    kind = _FOLDS.get(op.op)
-    if kind is None or (kind == "unit" and not r.is_unit_scale):
-        return None
-    return r
+    return r if absorbs_operand(op, r) else None
 
 
 @dataclass(frozen=True)
@@ -171,16 +167,16 @@ def _add_probe(graph: Graph, g: Graph, c: _Candidate, prefix: str) -> str:
     return operands[c.k]
 
 
-def _cycles_by_probe(tosa: bytes, spec: EthosUNGCompileSpec, prefixes: List[str]):
+def _cycles_by_probe(probe: Graph, spec: EthosUNGCompileSpec, prefixes: List[str]):
     """Vela's cycles (memory-bound time included) per probe, by the prefix of the output of
     the TOSA operator each scheduled layer came from; None if Vela fails."""
     from ethosu_ng.vela.compiler import VelaError, compile_tosa
 
     try:
-        layers = compile_tosa(tosa, spec, "stage_broadcast_constant_probe").layers
+        layers = compile_tosa(write(probe), spec, "stage_broadcast_constant_probe").layers
     except VelaError:
         return None
-    ops = read(tosa).ops
+    ops = probe.ops  # written in this order: a layer's tosa_index indexes it
     out = [0] * len(prefixes)
     for layer in layers:
         if layer.tosa_index is None or not 0 <= layer.tosa_index < len(ops):
@@ -223,11 +219,11 @@ def decide(graph: Graph, candidates: List[_Candidate], spec: EthosUNGCompileSpec
         probe = Graph({}, {}, [], [], [], graph.version)
         prefixes = [f"p{n}_" for n in range(len(todo))]
         constants = [_add_probe(graph, probe, c, p) for c, p in zip(todo.values(), prefixes)]
-        before = _cycles_by_probe(write(probe), spec, prefixes)
+        before = _cycles_by_probe(probe, spec, prefixes)
         producers = probe.producers()
         for name in constants:
             stage(probe, read_rescale(probe, producers[name]))
-        after = _cycles_by_probe(write(probe), spec, prefixes)
+        after = _cycles_by_probe(probe, spec, prefixes)
         if len(_DECIDED) + len(todo) > _MAX_DECIDED:
             _DECIDED.clear()
         for n, key in enumerate(todo):
@@ -256,7 +252,7 @@ class StageBroadcastConstant(TosaRewrite):
         producers, consumers = graph.producers(), graph.consumers()
         out: List[_Candidate] = []
         for op in graph.ops:
-            if op.op not in _FOLDS or op.inputs[0] == op.inputs[1]:
+            if op.op not in OPERAND_SCALING or op.inputs[0] == op.inputs[1]:
                 continue
             rescales = [_folding_operand(graph, producers, op, k) for k in (0, 1)]
             if rescales[0] is None or rescales[1] is None:
