@@ -152,8 +152,14 @@ TARGETS: Dict[str, Target] = {
                 "tests/test_npu_model_dma.py",
             ],
             ctest=["test_scale_round"],
-            # compiles five small models for U55 and runs them against the TOSA reference
-            recheck=["tests/test_npu_model.py", "-k", "bit_exact_to_tosa and ethos-u55-128"],
+            # compiles five small models for U55 and six random U85 convolutions and runs them
+            # against the TOSA reference
+            recheck=[
+                "tests/test_npu_model.py",
+                "tests/test_npu_model_u85.py",
+                "-k",
+                "(bit_exact_to_tosa and ethos-u55-128) or random_convolutions",
+            ],
         ),
     ]
 }

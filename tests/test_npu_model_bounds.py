@@ -140,3 +140,35 @@ def test_the_issue_case_2_pow_34_ofm_elements(op):
     msg, code, secs, untouched = _run(_kernel_stream(op, 65536, 65536, 4, 4, 1), 4096)
     assert code == INVALID_PROGRAM and "OFM tile 0" in msg and "past region 1" in msg, msg
     assert untouched and secs < 1.0
+
+
+def _aliased_rows(words: list) -> list:
+    """``words`` with every row stride (OFM, IFM, IFM2) zero: each row of a map aliases row 0."""
+    out, i = [], 0
+    while i < len(words):
+        if (words[i] >> 14) & 3 == 1:  # cmd1: the payload word follows
+            value = 0 if words[i] & 0x3FF in (0x015, 0x005, 0x085) else words[i + 1]
+            out += [words[i], value]
+            i += 2
+        else:
+            out.append(words[i])
+            i += 1
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    op=st.sampled_from([OP_POOL, OP_ELEMENTWISE]),
+    rows=st.integers(1, 9),
+    c=st.integers(1, 64),
+)
+def test_a_map_whose_rows_alias_runs_up_to_four_times_its_region(op, rows, c):
+    """Rows with a zero stride all lie on one c-byte row of a c-byte scratch: every tile is
+    inside the region, so only the element bound stops the work. Up to four times the region's
+    elements run (tiles may alias each other); one row more is refused naming the bound."""
+    msg, code, secs, _ = _run(_aliased_rows(_kernel_stream(op, rows, 1, c, c, 1)), c)
+    if rows <= 4:
+        assert code == 0, msg
+    else:
+        assert code == INVALID_PROGRAM and "more than four tiles of region 1" in msg, msg
+    assert secs < 1.0, (secs, msg)

@@ -270,3 +270,26 @@ def test_every_field_over_its_full_range_executes_or_names_the_rule(data):
         structured = [f for f, _, _ in getattr(vela_regs, name.lower() + "_t")._fields_]
         if "param" not in structured and not name.startswith("NPU_OP_"):
             assert short in msg, (name, field, value, msg)
+
+
+@pytest.mark.parametrize("seed", SEED_NAMES)
+def test_activation_clip_ranges_are_the_four_the_hardware_has(seed):
+    """ACTIVATION bits 12..15 pick the range the result is clamped to: 0 the OFM's precision,
+    2 uint8, 3 int8, 5 int16 (ethos_u55_regs.py's ``clip_range``); every other code is
+    reserved and refused naming the command. On the seeds' int8 OFMs, clamping to int8 or int16
+    changes nothing against the OFM's own range."""
+    payload, *regions = _seed(seed)
+    _, want = _run(payload, *regions)
+    _, code = vela_opcodes()["NPU_SET_ACTIVATION"]
+    for clip in range(16):
+
+        def set_clip(param, data, clip=clip):
+            return (param & 0x0FFF) | (clip << 12), data
+
+        msg, got = _run(_rewritten(payload, "cmd0", code, set_clip, insert=False), *regions)
+        if clip in (0, 2, 3, 5):
+            assert msg == "", (clip, msg)
+            if clip != 2:
+                assert got == want, f"clip range {clip} changed the output of {seed}"
+        else:
+            assert "ACTIVATION" in msg and f"reserved clip range {clip}" in msg, (clip, msg)
