@@ -2,7 +2,7 @@
 """What keeping the int8 round trips between residual ADDs costs or saves, per model and target.
 
     OMP_NUM_THREADS=1 python bench/rescale_round_trips.py timm:convnext_atto \\
-        torchvision:mobilenet_v3_small --targets ethos-u55-128 ethos-u85-256
+        torchvision:mobilenet_v3_small --targets ethos-u55-128 ethos-u85-256 [--precision int16]
 
 Each model is compiled twice per target, in spawned children, with the default compile (the
 verified compile's lowering check on, the NPU-model check off): once with upstream's
@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 
-def _compile(model: str, target: str, kept: bool, out: str, q) -> None:
+def _compile(model: str, target: str, precision: str, kept: bool, out: str, q) -> None:
     try:
         from executorch.backends.arm._passes.fuse_consecutive_rescales_pass import (
             FuseConsecutiveRescalesPass,
@@ -39,7 +39,10 @@ def _compile(model: str, target: str, kept: bool, out: str, q) -> None:
             FuseConsecutiveRescalesPass.call = lambda self, gm: PassResult(gm, False)
         else:
             arm._int8_round_trips_kept = lambda spec: contextlib.nullcontext()
-        rc = cli.main(["compile", model, "--target", target, "--no-verify-npu", "-o", out])
+        rc = cli.main(
+            ["compile", model, "--target", target, "--precision", precision, "--no-verify-npu"]
+            + ["-o", out]
+        )
         if rc:
             raise RuntimeError(f"ethosu-ng compile exited {rc}")
         with open(out.replace(".pte", ".report.json")) as f:
@@ -62,6 +65,9 @@ def main():
     )
     ap.add_argument("models", nargs="+")
     ap.add_argument("--targets", nargs="+", default=["ethos-u55-128", "ethos-u85-256"])
+    ap.add_argument(
+        "--precision", choices=["int8", "int16"], default="int8", help="activations (a16w8: int16)"
+    )
     args = ap.parse_args()
     ctx = mp.get_context("spawn")
     print("| model | target | round trips | NPU cycles | Rescale cycles | lowering LSB | NPU ms |")
@@ -72,7 +78,8 @@ def main():
                 for kept in (False, True):
                     q = ctx.Queue()
                     out = os.path.join(work, f"{len(os.listdir(work))}.pte")
-                    p = ctx.Process(target=_compile, args=(model, target, kept, out, q))
+                    job = (model, target, args.precision, kept, out)
+                    p = ctx.Process(target=_compile, args=(*job, q))
                     p.start()
                     r = q.get()
                     p.join()
