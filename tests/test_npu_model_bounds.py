@@ -142,32 +142,44 @@ def test_the_issue_case_2_pow_34_ofm_elements(op):
     assert untouched and secs < 1.0
 
 
-def _aliased_rows(words: list) -> list:
-    """``words`` with every row stride (OFM, IFM, IFM2) zero: each row of a map aliases row 0."""
+# Stride registers (cmd1) of the OFM, IFM and IFM2, x and y; precision registers (cmd0) with
+# their int8 and int16 codes (ethos_u55_regs.py's ``ofm_precision`` / ``ifm_precision``).
+_STRIDES_XY = (0x014, 0x015, 0x004, 0x005, 0x084, 0x085)
+_PRECISION = {0x114: {1: 0x1, 2: 0x3}, 0x105: {1: 0x1, 2: 0x5}, 0x185: {1: 0x1, 2: 0x5}}
+
+
+def _aliased(words: list, esize: int) -> list:
+    """``words`` with every x and y stride zero (each element of a map aliases the first pixel's
+    channels) and the maps in signed ``8 * esize``-bit precision."""
     out, i = [], 0
     while i < len(words):
+        op = words[i] & 0x3FF
         if (words[i] >> 14) & 3 == 1:  # cmd1: the payload word follows
-            value = 0 if words[i] & 0x3FF in (0x015, 0x005, 0x085) else words[i + 1]
-            out += [words[i], value]
+            out += [words[i], 0 if op in _STRIDES_XY else words[i + 1]]
             i += 2
         else:
-            out.append(words[i])
+            out.append(op | (_PRECISION[op][esize] << 16) if op in _PRECISION else words[i])
             i += 1
     return out
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     op=st.sampled_from([OP_POOL, OP_ELEMENTWISE]),
+    esize=st.sampled_from([1, 2]),
     rows=st.integers(1, 9),
+    cols=st.integers(1, 9),
     c=st.integers(1, 64),
+    spare=st.integers(0, 300),
 )
-def test_a_map_whose_rows_alias_runs_up_to_four_times_its_region(op, rows, c):
-    """Rows with a zero stride all lie on one c-byte row of a c-byte scratch: every tile is
-    inside the region, so only the element bound stops the work. Up to four times the region's
-    elements run (tiles may alias each other); one row more is refused naming the bound."""
-    msg, code, secs, _ = _run(_aliased_rows(_kernel_stream(op, rows, 1, c, c, 1)), c)
-    if rows <= 4:
+def test_a_map_whose_pixels_alias_runs_up_to_four_times_its_region(op, esize, rows, cols, c, spare):
+    """Zero x and y strides put every pixel of an int8 or int16 map on its first pixel's c
+    channels, inside a scratch of that size plus ``spare`` bytes: every tile is inside the
+    region, so only the element bound stops the work. A map of at most four times the elements
+    the region holds runs (tiles may alias each other); one larger is refused naming the bound."""
+    size = c * esize + spare
+    msg, code, secs, _ = _run(_aliased(_kernel_stream(op, rows, cols, c, c, 1), esize), size)
+    if rows * cols * c <= 4 * (size // esize):
         assert code == 0, msg
     else:
         assert code == INVALID_PROGRAM and "more than four tiles of region 1" in msg, msg
