@@ -274,22 +274,24 @@ def test_every_field_over_its_full_range_executes_or_names_the_rule(data):
 
 @pytest.mark.parametrize("seed", SEED_NAMES)
 def test_activation_clip_ranges_are_the_four_the_hardware_has(seed):
-    """ACTIVATION bits 12..15 pick the range the result is clamped to: 0 the OFM's precision,
-    2 uint8, 3 int8, 5 int16 (ethos_u55_regs.py's ``clip_range``); every other code is
-    reserved and refused naming the command. On the seeds' int8 OFMs, clamping to int8 or int16
-    changes nothing against the OFM's own range."""
+    """ACTIVATION bits 12..15 pick the range the result is clamped to, one of Vela's
+    ``clip_range`` codes (the OFM's precision, uint8, int8, int16); every other code is reserved
+    and refused naming the command. On the seeds' int8 OFMs, clamping to the OFM's precision,
+    int8 or int16 gives the same output."""
     payload, *regions = _seed(seed)
     _, want = _run(payload, *regions)
     _, code = vela_opcodes()["NPU_SET_ACTIVATION"]
+    clips = vela_regs.clip_range
+    same = {clips.OFM_PRECISION.value, clips.FORCE_INT8.value, clips.FORCE_INT16.value}
     for clip in range(16):
 
         def set_clip(param, data, clip=clip):
             return (param & 0x0FFF) | (clip << 12), data
 
         msg, got = _run(_rewritten(payload, "cmd0", code, set_clip, insert=False), *regions)
-        if clip in (0, 2, 3, 5):
+        if clip in {c.value for c in clips}:
             assert msg == "", (clip, msg)
-            if clip != 2:
+            if clip in same:
                 assert got == want, f"clip range {clip} changed the output of {seed}"
         else:
             assert "ACTIVATION" in msg and f"reserved clip range {clip}" in msg, (clip, msg)
