@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""What keeping the int8 round trips between residual ADDs costs or saves, per model and target.
+"""What keeping the int8 (int16 with --precision int16) round trips between residual ADDs costs
+or saves, per model and target.
 
     OMP_NUM_THREADS=1 python bench/rescale_round_trips.py timm:convnext_atto \\
         torchvision:mobilenet_v3_small --targets ethos-u55-128 ethos-u85-256 [--precision int16]
