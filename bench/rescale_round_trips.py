@@ -8,7 +8,7 @@ or saves, per model and target.
 Each model is compiled twice per target, in spawned children, with the default compile (the
 verified compile's lowering check on, the NPU-model check off): once with upstream's
 ``FuseConsecutiveRescalesPass`` running ("fused") and once without it ("kept"), whatever
-``adapters/arm.py``'s ``_int8_round_trips_kept`` chooses for the target. Prints NPU cycles,
+``adapters/arm.py``'s ``_round_trips_kept`` does. Prints NPU cycles,
 standalone Rescale cycles, the delegates' worst lowering LSB and Vela's end-to-end NPU time.
 """
 
@@ -39,7 +39,7 @@ def _compile(model: str, target: str, precision: str, kept: bool, out: str, q) -
         if kept:
             FuseConsecutiveRescalesPass.call = lambda self, gm: PassResult(gm, False)
         else:
-            arm._int8_round_trips_kept = lambda spec: contextlib.nullcontext()
+            arm._round_trips_kept = contextlib.nullcontext
         rc = cli.main(
             ["compile", model, "--target", target, "--precision", precision, "--no-verify-npu"]
             + ["-o", out]

@@ -232,21 +232,20 @@ def _tables_before_pooling(edge_program: ExportedProgram) -> Iterator[None]:
 
 
 @contextmanager
-def _int8_round_trips_kept(spec: EthosUNGCompileSpec) -> Iterator[None]:
-    """Upstream's ``FuseConsecutiveRescalesPass`` does not run.
+def _round_trips_kept() -> Iterator[None]:
+    """Upstream's ``FuseConsecutiveRescalesPass`` does not run, on any target.
 
-    It removes each ``RESCALE(int32 -> int8) -> RESCALE(int8 -> int32)`` pair whose scales
-    compose to about one: a residual ADD's int32 sum then feeds the next residual ADD directly
-    (ConvNeXt, every ``x = x + f(x)`` chain), skipping the int8 rounding and clamp the quantized
-    model has there. The sum, read twice, stays int32, and Vela 5.1 folds an ADD's operand scales
-    only into an ADD with an 8/16-bit result (``EthosU55Constraints::SupportedIFMQuant``; on
-    Ethos-U85 a shared int32 result also keeps its RESCALE as a layer of its own): operand and
-    result RESCALEs run as layers of their own. With the pair kept, each ADD rounds to int8 as
-    the quantized model does, and Vela folds every scale into the ADDs. Measured with the pass
-    and without (``bench/rescale_round_trips.py``, docs/benchmarks.md): never more NPU cycles
-    without it, on Ethos-U55 and Ethos-U85 (fastvit_t8 on ethos-u85-256: 20,667,534 -> 17,102,781,
-    standalone Rescale 3,027,761 -> 0)."""
-    del spec  # the same on every target
+    It removes each ``RESCALE(int32 -> int8) -> RESCALE(int8 -> int32)`` pair (int16 in an a16w8
+    program) whose scales compose to about one: a residual ADD's int32 sum then feeds the next
+    residual ADD directly (ConvNeXt, every ``x = x + f(x)`` chain), skipping the rounding and
+    clamp the quantized model has there. The sum, read twice, stays int32, and Vela 5.1 folds
+    an ADD's operand scales only into an ADD with an 8/16-bit result
+    (``EthosU55Constraints::SupportedIFMQuant``; on Ethos-U85 a shared int32 result also keeps
+    its RESCALE as a layer of its own): operand and result RESCALEs run as layers of their own.
+    With the pair kept, each ADD rounds as the quantized model does, and Vela folds every scale
+    into the ADDs. Measured with the pass and without (``bench/rescale_round_trips.py``,
+    docs/benchmarks.md): never more NPU cycles without it, on Ethos-U55 and Ethos-U85
+    (fastvit_t8 on ethos-u85-256: 20,667,534 -> 17,102,781, standalone Rescale 3,027,761 -> 0)."""
     from executorch.backends.arm._passes.fuse_consecutive_rescales_pass import (
         FuseConsecutiveRescalesPass,
     )
@@ -276,7 +275,7 @@ def lower_to_tosa(
         with (
             deferred_recompile(),
             _tables_before_pooling(edge_program),
-            _int8_round_trips_kept(spec),
+            _round_trips_kept(),
         ):
             return bytes(TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes)
     import executorch.backends.arm.tosa.backend as tosa_backend
@@ -295,7 +294,7 @@ def lower_to_tosa(
         with (
             deferred_recompile(),
             _tables_before_pooling(edge_program),
-            _int8_round_trips_kept(spec),
+            _round_trips_kept(),
         ):
             tosa = bytes(TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes)
     finally:
