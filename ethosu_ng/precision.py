@@ -11,15 +11,18 @@ within ``cycle_budget`` times the all-int8 cycles, re-measuring the SQNR of the 
 addition, until the set reaches ``gain_share`` of the all-int16 gain. Where that falls short
 (a transformer's blocks gain only together: each alone in an int8 model gains next to nothing),
 it also measures what each candidate loses when it alone goes back to int8 in the all-candidates
-int16 model, and removes candidates from that end by least loss per cycle saved until the budget
-holds (``choose_down``); the better of the two choices is kept. The chosen set is lowered once
-more to report its real cycles. The table it decided from and the choice are returned (and
-written to the report by the CLI's ``--precision auto``), so a user can keep the choice as
+int16 model and chooses from that end too (``choose_down``); the better of the two choices is
+kept. Either choice is shrunk to the budget the same way (``_fit_budget``): while the estimate
+is over, the modules that cover the excess at the least SQNR loss, measured in the set they
+leave, go back to int8, and a set is lowered (verification off: only Vela's estimate is used)
+when its estimate fits. The table it decided from and the choice are returned (and written to
+the report by the CLI's ``--precision auto``), so a user can keep the choice as
 ``EthosUNGQuantizer(spec, module_dtypes=advice.module_dtypes)``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -141,34 +144,96 @@ def _candidates(model: torch.nn.Module, cycles: Dict[str, float]) -> Tuple[int, 
     return MAX_DEPTH, []
 
 
-def _lower_within_budget(
-    rows: List[ModuleRow], int8_cycles: float, budget: float, lower_set, leaves_first, say
-) -> float:
-    """Lower the chosen ``rows``; while their real cycles are over ``budget``, unchoose rows
-    (least ``leaves_first`` first; a row whose table extra is not positive only when no other
-    is left) and lower again. Returns the real cycles of the final set (int8's when empty).
+# Subsets searched exhaustively for the cheapest cover; above this, least loss per cycle first.
+EXACT_COVER_ROWS = 16
 
-    A lowering costs minutes, and the int8 <-> int16 requantizations at a set's borders cost
-    cycles no module's row holds: the table's extras are scaled by what the last lowering
-    showed, and as many rows leave as that estimate needs (at least one), not one per lowering.
+
+def _least_loss_cover(
+    rows: List[ModuleRow], need: float, loss: Dict[str, float]
+) -> List[ModuleRow]:
+    """The rows to unchoose: of the subsets whose extra cycles add up to ``need``, the one with
+    the least total ``loss`` (then the most cycles saved). Without such a subset, every row
+    with extra cycles; without those, the one row that loses least."""
+
+    def saved(r: ModuleRow) -> float:
+        return max(r.extra_cycles, 0.0)
+
+    def lost(r: ModuleRow) -> float:
+        return max(loss.get(r.module, 0.0), 0.0)
+
+    paying = [r for r in rows if saved(r) > 0]
+    if sum(saved(r) for r in paying) < need:
+        return paying or [min(rows, key=lost)]
+    if len(paying) <= EXACT_COVER_ROWS:
+        best, best_key = paying, None
+        for mask in range(1, 1 << len(paying)):
+            subset = [r for k, r in enumerate(paying) if mask >> k & 1]
+            cycles = sum(saved(r) for r in subset)
+            if cycles < need:
+                continue
+            key = (sum(lost(r) for r in subset), -cycles)
+            if best_key is None or key < best_key:
+                best, best_key = subset, key
+        return best
+    cover: List[ModuleRow] = []
+    for r in sorted(paying, key=lambda r: lost(r) / saved(r)):
+        if sum(saved(c) for c in cover) >= need:
+            break
+        cover.append(r)
+    # a row the rest of the cover does without stays chosen (the costliest loss first)
+    for r in sorted(cover, key=lambda r: -lost(r)):
+        if sum(saved(c) for c in cover if c is not r) >= need:
+            cover.remove(r)
+    return cover
+
+
+def _fit_budget(
+    rows: List[ModuleRow],
+    int8_sqnr: float,
+    int8_cycles: float,
+    budget: float,
+    measure_set,
+    lower_set,
+    say,
+    sqnr: Optional[float] = None,
+    loss: Optional[Dict[str, float]] = None,
+) -> Tuple[float, float]:
+    """Shrink the chosen ``rows`` until their lowered cycles are within ``budget``; returns
+    (the set's SQNR, its real cycles), int8's when the set empties.
+
+    While the estimate (int8 cycles plus the chosen rows' extras, scaled by what the last
+    lowering showed: the int8 <-> int16 requantizations at a set's borders cost cycles no row
+    holds) is over, the rows that cover the excess at the least SQNR loss leave
+    (``_least_loss_cover``). A row's loss is measured in the set it leaves: the set's SQNR less
+    the SQNR without it, because single-module figures do not add up (``sqnr`` and ``loss``:
+    those figures for the starting set, where already measured). A lowering costs minutes: the
+    set is lowered only when the estimate fits.
     """
+    scale = 1.0
     while True:
         chosen = [r for r in rows if r.chosen]
+        names = [r.module for r in chosen]
         if not chosen:
-            return int8_cycles
-        cycles = lower_set([r.module for r in chosen])
-        if cycles <= budget:
-            return cycles
+            return int8_sqnr, int8_cycles
         extra = sum(max(r.extra_cycles, 0.0) for r in chosen)
-        scale = (cycles - int8_cycles) / extra if extra > 0 else 1.0
-        dropped = []
-        for r in sorted(chosen, key=lambda r: (r.extra_cycles <= 0, leaves_first(r))):
-            if dropped and int8_cycles + scale * extra <= budget:
-                break
+        over = int8_cycles + scale * extra - budget
+        if over <= 0:
+            cycles = lower_set(names)
+            if cycles <= budget:
+                return (measure_set(names) if sqnr is None else sqnr), cycles
+            if extra > 0:
+                scale = (cycles - int8_cycles) / extra
+            over = cycles - budget
+        if loss is None:
+            # only a row that saves cycles can cover the excess (any row when none does)
+            leaving = [r.module for r in chosen if r.extra_cycles > 0] or names
+            sqnr = measure_set(names) if sqnr is None else sqnr
+            loss = {m: sqnr - measure_set([n for n in names if n != m]) for m in leaving}
+        dropped = _least_loss_cover(chosen, over / scale, loss)
+        for r in dropped:
             r.chosen = False
-            extra -= max(r.extra_cycles, 0.0)
-            dropped.append(r.module)
-        say(f"- {', '.join(dropped)}: the set took {cycles:,.0f} cycles")
+        sqnr, loss = None, None
+        say(f"- {', '.join(r.module for r in dropped)}: {over:,.0f} cycles over {budget:,.0f}")
 
 
 def choose(
@@ -187,9 +252,8 @@ def choose(
     Candidates with a gain go in by gain per extra cycle while the estimate (int8 cycles plus
     each chosen module's extra) stays within budget, the set's SQNR measured after each
     addition (gains do not add up: the int8 rest limits them), until ``gain_share`` of the
-    int16 gain is reached. The set is then lowered; while its real cycles (which include the
-    int8 <-> int16 requantizations at the set's borders) exceed the budget, the chosen modules
-    with the least gain per extra cycle leave it (``_lower_within_budget``).
+    int16 gain is reached. The set is then lowered and shrunk until its real cycles, which
+    include the int8 <-> int16 requantizations at the set's borders, fit (``_fit_budget``).
     """
     budget = cycle_budget * int8_cycles
     goal = gain_share * (int16_sqnr - int8_sqnr)
@@ -207,12 +271,7 @@ def choose(
         estimate += max(r.extra_cycles, 0.0)
         sqnr = measure_set([x.module for x in rows if x.chosen])
         say(f"+ {r.module}: {sqnr:.2f} dB, about {estimate:,.0f} cycles")
-    before = [r.module for r in rows if r.chosen]
-    cycles = _lower_within_budget(rows, int8_cycles, budget, lower_set, ratio, say)
-    after = [r.module for r in rows if r.chosen]
-    if after != before:
-        sqnr = measure_set(after) if after else int8_sqnr
-    return sqnr, cycles
+    return _fit_budget(rows, int8_sqnr, int8_cycles, budget, measure_set, lower_set, say, sqnr)
 
 
 def choose_down(
@@ -226,32 +285,24 @@ def choose_down(
 ) -> Tuple[float, float]:
     """Mark the chosen ``rows`` and return (their SQNR, their real cycles), from the other end.
 
-    Every candidate starts int16; while the estimate (int8 cycles plus each chosen module's
-    extra) is over budget, the chosen module with the least loss (``sqnr_loss_db``: SQNR lost
-    when it alone goes back to int8) per cycle it saves leaves. Gains a transformer's blocks give
-    only together (each alone in an int8 model gains nothing: the int8 rest keeps the error)
-    show here. The set is then lowered and shrunk the same way while its real cycles are over.
+    Every candidate starts int16 and leaves by the SQNR it loses (``sqnr_loss_db`` in the
+    all-int16 set, then re-measured in each smaller set) until the cycles fit the budget
+    (``_fit_budget``). Gains a transformer's blocks give only together (each alone in an int8
+    model gains nothing: the int8 rest keeps the error) show here.
     """
-    budget = cycle_budget * int8_cycles
-
-    def cost(r: ModuleRow) -> float:
-        return max(r.sqnr_loss_db or 0.0, 0.0) / max(r.extra_cycles, 1.0)
-
     for r in rows:
         r.chosen = r.sqnr_loss_db is not None
-    estimate = int8_cycles + sum(max(r.extra_cycles, 0.0) for r in rows if r.chosen)
-
-    def droppable() -> List[ModuleRow]:
-        return [r for r in rows if r.chosen and r.extra_cycles > 0]
-
-    while estimate > budget and droppable():
-        r = min(droppable(), key=cost)
-        r.chosen = False
-        estimate -= r.extra_cycles
-        say(f"- {r.module}: about {estimate:,.0f} cycles")
-    cycles = _lower_within_budget(rows, int8_cycles, budget, lower_set, cost, say)
-    chosen = [r.module for r in rows if r.chosen]
-    return (measure_set(chosen) if chosen else int8_sqnr), cycles
+    loss = {r.module: r.sqnr_loss_db for r in rows if r.chosen}
+    return _fit_budget(
+        rows,
+        int8_sqnr,
+        int8_cycles,
+        cycle_budget * int8_cycles,
+        measure_set,
+        lower_set,
+        say,
+        loss=loss,
+    )
 
 
 def advise(
@@ -296,8 +347,12 @@ def advise(
         )
         return sqnr_db(batch_outputs(q, tests), want), q
 
+    # Vela's estimate is all a lowering here is for: the program built from the choice is the
+    # one verified (verification can move ops to the CPU; such a program's cycles differ).
+    estimate_spec = dataclasses.replace(spec, verify_npu=False, verify_lowering=False)
+
     def cycles_of(q) -> Dict[str, float]:
-        edge, _ = lower(q, example_inputs, spec)
+        edge, _ = lower(q, example_inputs, estimate_spec)
         return _cycles_by_module(edge)
 
     s8, q8 = measure()
