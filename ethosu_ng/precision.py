@@ -23,6 +23,7 @@ the report by the CLI's ``--precision auto``), so a user can keep the choice as
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -31,6 +32,8 @@ import torch
 
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.module_profile import at_depth
+
+logger = logging.getLogger(__name__)
 
 # A candidate set is modules at one depth of the module tree: the shallowest depth with at
 # least this many modules that own NPU cycles (a transformer's blocks, a CNN's stages).
@@ -219,6 +222,7 @@ def _fit_budget(
         over = int8_cycles + scale * extra - budget
         if over <= 0:
             cycles = lower_set(names)
+            say(f"lowered {', '.join(names)}: {cycles:,.0f} cycles (budget {budget:,.0f})")
             if cycles <= budget:
                 return (measure_set(names) if sqnr is None else sqnr), cycles
             if extra > 0:
@@ -318,7 +322,8 @@ def advise(
 ) -> PrecisionAdvice:
     """Choose the int16 modules (see the module docstring). ``test_inputs``: the batches SQNR is
     measured on (default: the calibration batches); ``candidates``: module names to choose from
-    (default: one depth of the module tree); ``log``: a callable given progress lines."""
+    (default: one depth of the module tree); ``log``: a callable given progress lines (default:
+    this module's logger)."""
     from ethosu_ng.export import lower, quantize
 
     if not 0 < gain_share <= 1:
@@ -334,7 +339,7 @@ def advise(
     calibration = list(calibration) if calibration is not None else [tuple(example_inputs)]
     tests = list(test_inputs) if test_inputs is not None else calibration
     want = batch_outputs(model, tests)
-    say = log or (lambda line: None)
+    say = log or logger.info  # the CLI prints this logger's lines
 
     def measure(module_dtypes=None, activation_dtype=torch.int8) -> float:
         q = quantize(

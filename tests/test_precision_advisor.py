@@ -283,10 +283,14 @@ def test_the_advice_is_measured_and_kept_to_its_budget(advice):
 
 
 @pytest.mark.slow
-def test_no_cycle_budget_means_no_module_that_costs_cycles():
+def test_no_cycle_budget_means_no_module_that_costs_cycles(caplog):
     model, calib, spec = _setup(1)
-    a = advise(model, calib[0], spec, calibration=calib, cycle_budget=1.0)
+    with caplog.at_level("INFO", logger="ethosu_ng.precision"):
+        a = advise(model, calib[0], spec, calibration=calib, cycle_budget=1.0)
     assert all(r.extra_cycles <= 0 for r in a.rows if r.chosen), a.table()
+    # progress goes to the module's logger (the CLI prints it): each measurement, each lowering
+    said = [r.getMessage() for r in caplog.records if r.name == "ethosu_ng.precision"]
+    assert said[0].startswith("int8 ") and any(line.startswith("blocks.0: ") for line in said)
 
 
 def test_bad_advisor_arguments_name_the_culprit():

@@ -135,7 +135,8 @@ def cmd_compile(args) -> int:
         calibration = _calibration_dir(args.calibration_dir, example)
     handler = _VelaProgress()
     progress_logs = [
-        logging.getLogger(n) for n in ("ethosu_ng.compiler.pipeline", "ethosu_ng.partitioner")
+        logging.getLogger(n)
+        for n in ("ethosu_ng.compiler.pipeline", "ethosu_ng.partitioner", "ethosu_ng.precision")
     ]
     for log in progress_logs:
         log.addHandler(handler)
