@@ -63,12 +63,9 @@ class EthosUNGCompileSpec:
             ``preprocess``; ``export.serialize`` / ``ethosu-ng compile --sram-budget`` check the
             whole memory plan. ``None``: no check.
         tosa_optimize: run our TOSA-to-TOSA rewrites (``ethosu_ng/tosa_optimize``) between
-            upstream's lowering and Vela; each is bit-exact on the TOSA reference model but
-            ``WidenFromNarrowSibling``, which rounds an int16 convolution's residual operand as
-            the quantized model does.
-        tosa_optimize_verify: check every optimised partition against the original (with the
-            rewrites that are not bit-exact applied) on the TOSA reference model at compile time
-            (random inputs; slow on big partitions).
+            upstream's lowering and Vela; each is bit-exact on the TOSA reference model.
+        tosa_optimize_verify: check every optimised partition against the original on the TOSA
+            reference model at compile time (random inputs; slow on big partitions).
         verify_npu: run every partition's command stream on the NPU model and its TOSA graph on
             the reference model at compile time and require them to agree bit for bit
             (``compiler/verify_npu.py``; a stream using something the model does not implement,

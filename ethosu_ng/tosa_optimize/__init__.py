@@ -3,8 +3,7 @@
 
 ``graph.py``: the mutable IR read from and written to the flatbuffer; ``rewrites/``: one rewrite
 per module; ``pipeline.py``: their order and the fixed-point driver; ``verify.py``: the original
-and the optimised graph compared bit for bit on the TOSA reference model (every rewrite is exact
-but ``WidenFromNarrowSibling``, marked ``exact = False``); ``rescale_report.py``:
+and the optimised graph compared bit for bit on the TOSA reference model; ``rescale_report.py``:
 why each RESCALE Vela runs as a layer of its own was not folded (the rescale rewrites,
 ``RESCALE_REWRITES`` in ``pipeline.py``, take away the ones Vela would fold after them).
 

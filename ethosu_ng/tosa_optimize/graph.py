@@ -214,31 +214,6 @@ class Graph:
                 return
             self.ops = keep
 
-    def restore_order(self) -> None:
-        """Reorder the operators so that each comes after the producers of its inputs, moving
-        an operator only as far as that needs (the others keep their relative order)."""
-        producer = {t: o for o in self.ops for t in o.outputs}
-        placed: set = set()
-        visiting: set = set()  # a cycle is left for check_order to name
-        ordered: List[Operator] = []
-        for root in self.ops:
-            stack = [(root, False)]
-            while stack:
-                op, ready = stack.pop()
-                if id(op) in placed or (not ready and id(op) in visiting):
-                    continue
-                if ready:
-                    placed.add(id(op))
-                    ordered.append(op)
-                    continue
-                visiting.add(id(op))
-                stack.append((op, True))
-                for t in reversed(op.inputs):
-                    p = producer.get(t)
-                    if p is not None and id(p) not in placed and p is not op:
-                        stack.append((p, False))
-        self.ops = ordered
-
     def check_order(self) -> None:
         """Every operator input is a graph input, a constant or an earlier operator's output."""
         known = set(self.inputs)

@@ -17,15 +17,11 @@ class TosaRewrite:
     the target families it pays on (None: every target). ``family``: the target family the
     pipeline runs for (None: no target named), for a rewrite whose cost rule differs by target;
     ``spec``: the compile spec Vela compiles the graph with (None: not known), for a rewrite that
-    pays only under some of Vela's memory modes or asks Vela what it costs. ``exact``: the
-    rewritten graph computes what the graph before did, bit for bit (a rewrite that is not
-    says what it computes instead, and ``optimize(verify=True)`` compares the result with the
-    graph those rewrites alone make).
+    pays only under some of Vela's memory modes or asks Vela what it costs.
     """
 
     runs_after: ClassVar[Tuple[type, ...]] = ()
     families: ClassVar[Optional[Tuple[str, ...]]] = None
-    exact: ClassVar[bool] = True
 
     def __init__(self, family: Optional[str] = None, spec: Optional[EthosUNGCompileSpec] = None):
         self.family = family
