@@ -261,18 +261,23 @@ def _round_trips_kept() -> Iterator[None]:
 
 @contextmanager
 def _a16w8_convolutions_narrowed() -> Iterator[None]:
-    """Upstream's a16w8 convolution does not fork its INT48 accumulator.
+    """Upstream's a16w8 convolution does not rescale its INT48 accumulator to int32.
 
     ``RewriteConvPass`` gives each int32 consumer of an a16w8 convolution (a residual ADD's
     operand RESCALE) its own RESCALE of the INT48 accumulator, the convolution's requantization
-    and the consumer's scale in one, beside the requantization to int16 the other consumers
-    read: the int16 rounding and clamp the quantized model has there is skipped. With two
-    readers Vela folds neither RESCALE into the convolution: on ethos-u85-256 an a16w8
-    mobilenet_v3_small spends 413,706 of 3,065,636 NPU cycles in them; on Ethos-U55/U65 Vela
-    cannot run the convolution ("Non-passthrough operation (Conv2D) could not run on NPU").
-    Without the fork every consumer reads the int16 output, rounded as the quantized model
-    rounds it, and Vela folds the requantization into the convolution
-    (``tests/test_a16w8_residual.py``)."""
+    and the consumer's scale in one: the int16 rounding and clamp the quantized model has there
+    is skipped. Where the output saturates int16 that is hundreds of int16 steps from the
+    quantized model (a drawn BasicBlock on ethos-u55-128: 301, the lowering check's tolerance
+    44). Where other consumers read the int16 output the accumulator has two readers and Vela
+    folds neither RESCALE into the convolution: on ethos-u85-256 an a16w8 mobilenetv2_100 spends
+    1,371,701 of 7,223,218 NPU cycles in them; on Ethos-U55/U65 Vela cannot run the convolution
+    ("Non-passthrough operation (Conv2D) could not run on NPU"). Narrowed, every consumer reads
+    the int16 output, rounded as the quantized model rounds it, and Vela folds the
+    requantization into the convolution. It costs cycles where the ADD was the only consumer on
+    Ethos-U55/U65, whose ADD takes an int32 operand but not that int16 operand's scale (a16w8
+    resnet18 on ethos-u55-128: 36,670,035 NPU cycles upstream, 39,192,516 ours); on Ethos-U85
+    it saves them there too (resnet18: 17,061,856 -> 15,696,555). ``tests/test_a16w8_residual.py``.
+    """
     from executorch.backends.arm._passes.rewrite_conv_pass import RewriteConvPass
 
     fork = RewriteConvPass._insert_a16w8_output_branches
