@@ -158,7 +158,7 @@ def kept_tosa(keep_tosa, model_spec, target):
 
 def _fmt(r, key):
     if "error" in r:
-        return "fails: " + r["error"][-60:].replace("|", "/")
+        return "fails: " + r["error"].split("Error: ")[-1][:60].replace("|", "/")
     return f"{r[key]:,}"
 
 
