@@ -147,16 +147,20 @@ def _candidates(model: torch.nn.Module, cycles: Dict[str, float]) -> Tuple[int, 
     return MAX_DEPTH, []
 
 
-# Subsets searched exhaustively for the cheapest cover; above this, least loss per cycle first.
+# Subsets searched exhaustively for the cheapest covers; above this, least loss per cycle first.
 EXACT_COVER_ROWS = 16
+# The cheapest covers by summed loss whose sets are measured (losses do not add up).
+COVERS_MEASURED = 3
 
 
-def _least_loss_cover(
-    rows: List[ModuleRow], need: float, loss: Dict[str, float]
-) -> List[ModuleRow]:
-    """The rows to unchoose: of the subsets whose extra cycles add up to ``need``, the one with
-    the least total ``loss`` (then the most cycles saved). Without such a subset, every row
-    with extra cycles; without those, the one row that loses least."""
+def _least_loss_covers(
+    rows: List[ModuleRow], need: float, loss: Dict[str, float], count: int = 1
+) -> List[List[ModuleRow]]:
+    """Candidate sets of rows to unchoose, best first: the ``count`` subsets whose extra cycles
+    add up to ``need`` with the least total ``loss`` (then the most cycles saved), each minimal
+    (no row with a loss can leave it and the rest still cover) and with a different set of rows
+    that lose something. Without such a subset, every row with extra cycles; without those, the
+    one row that loses least."""
 
     def saved(r: ModuleRow) -> float:
         return max(r.extra_cycles, 0.0)
@@ -166,18 +170,19 @@ def _least_loss_cover(
 
     paying = [r for r in rows if saved(r) > 0]
     if sum(saved(r) for r in paying) < need:
-        return paying or [min(rows, key=lost)]
+        return [paying or [min(rows, key=lost)]]
     if len(paying) <= EXACT_COVER_ROWS:
-        best, best_key = paying, None
+        best: Dict[frozenset, Tuple[Tuple[float, float], List[ModuleRow]]] = {}
         for mask in range(1, 1 << len(paying)):
             subset = [r for k, r in enumerate(paying) if mask >> k & 1]
             cycles = sum(saved(r) for r in subset)
-            if cycles < need:
+            if cycles < need or any(lost(r) > 0 and cycles - saved(r) >= need for r in subset):
                 continue
             key = (sum(lost(r) for r in subset), -cycles)
-            if best_key is None or key < best_key:
-                best, best_key = subset, key
-        return best
+            losing = frozenset(r.module for r in subset if lost(r) > 0)
+            if losing not in best or key < best[losing][0]:
+                best[losing] = (key, subset)
+        return [subset for _, subset in sorted(best.values(), key=lambda kv: kv[0])[:count]]
     cover: List[ModuleRow] = []
     for r in sorted(paying, key=lambda r: lost(r) / saved(r)):
         if sum(saved(c) for c in cover) >= need:
@@ -187,7 +192,7 @@ def _least_loss_cover(
     for r in sorted(cover, key=lambda r: -lost(r)):
         if sum(saved(c) for c in cover if c is not r) >= need:
             cover.remove(r)
-    return cover
+    return [cover]
 
 
 def _fit_budget(
@@ -207,10 +212,11 @@ def _fit_budget(
     While the estimate (int8 cycles plus the chosen rows' extras, scaled by what the last
     lowering showed: the int8 <-> int16 requantizations at a set's borders cost cycles no row
     holds) is over, the rows that cover the excess at the least SQNR loss leave
-    (``_least_loss_cover``). A row's loss is measured in the set it leaves: the set's SQNR less
+    (``_least_loss_covers``). A row's loss is measured in the set it leaves: the set's SQNR less
     the SQNR without it, because single-module figures do not add up (``sqnr`` and ``loss``:
-    those figures for the starting set, where already measured). A lowering costs minutes: the
-    set is lowered only when the estimate fits.
+    those figures for the starting set, where already measured); nor do losses, so the
+    ``COVERS_MEASURED`` covers of least summed loss are compared by measuring the set each
+    leaves. A lowering costs minutes: the set is lowered only when the estimate fits.
     """
     scale = 1.0
     while True:
@@ -233,10 +239,17 @@ def _fit_budget(
             leaving = [r.module for r in chosen if r.extra_cycles > 0] or names
             sqnr = measure_set(names) if sqnr is None else sqnr
             loss = {m: sqnr - measure_set([n for n in names if n != m]) for m in leaving}
-        dropped = _least_loss_cover(chosen, over / scale, loss)
+        covers = _least_loss_covers(chosen, over / scale, loss, COVERS_MEASURED)
+        sqnr = None
+        if len(covers) > 1:
+            # summed single losses rank the covers; the sets they leave are measured
+            left = [[n for n in names if n not in {r.module for r in c}] for c in covers]
+            sqnr, dropped = max(zip(map(measure_set, left), covers), key=lambda sc: sc[0])
+        else:
+            dropped = covers[0]
         for r in dropped:
             r.chosen = False
-        sqnr, loss = None, None
+        loss = None
         say(f"- {', '.join(r.module for r in dropped)}: {over:,.0f} cycles over {budget:,.0f}")
 
 

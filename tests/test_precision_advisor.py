@@ -201,6 +201,32 @@ def test_the_excess_leaves_at_the_least_loss_not_by_loss_per_cycle():
     assert len(lowered) == 2
 
 
+def test_the_cheapest_covers_are_measured_not_added():
+    """Dropping three small modules together loses less than the sum of what each loses alone
+    (mobilevit_xxs: its attention stage, or the stages around it): the covers are ranked by
+    summed loss, then the set each leaves is measured and the best kept."""
+    rows = [
+        ModuleRow("attn", 2.4, 1000, 1300, sqnr_loss_db=4.0),
+        ModuleRow("s3", 0.7, 1000, 1110, sqnr_loss_db=1.5),
+        ModuleRow("s4", 0.4, 1000, 1110, sqnr_loss_db=1.5),
+        ModuleRow("fc", 0.0, 1000, 1110, sqnr_loss_db=1.5),
+    ]
+    small = {"s3", "s4", "fc"}
+
+    def measure_set(chosen):
+        chosen = set(chosen)
+        if not small & chosen:  # the three gain only together: 4.5 dB summed, 2.5 measured
+            return 30.0 + 4.0 * ("attn" in chosen)
+        return 26.0 + 4.0 * ("attn" in chosen) + 1.5 * len(small & chosen) + 2.0
+
+    def lower_set(chosen):
+        return 4000 + sum(r.extra_cycles for r in rows if r.module in chosen)
+
+    # budget 4,350: 280 over; {attn} (4.0 dB summed) or {s3, s4, fc} (4.5 summed, 2.5 measured)
+    sqnr, cycles = choose_down(rows, 26.0, 4000, 4350 / 4000, measure_set, lower_set)
+    assert [r.module for r in rows if r.chosen] == ["attn"] and sqnr == 34.0 and cycles == 4300
+
+
 @st.composite
 def _additive_tables(draw):
     n = draw(st.integers(1, 8))
