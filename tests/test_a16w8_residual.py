@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 from _pte import delegate_infos
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
@@ -50,6 +50,30 @@ class BasicBlock(nn.Module):
         return self.conv2(torch.relu(self.conv1(x))) + x
 
 
+class Consumers(nn.Module):
+    """A convolution whose output an int32 elementwise operator reads (``add``, ``sub``, ``mul``
+    with the input; ``tokens``: flattened to tokens and a position embedding added, a ViT's
+    patch embedding; ``channels_last``: permuted first, upstream's other fork, its int32 RESCALE
+    behind the permute), and, ``shared``, another convolution too."""
+
+    def __init__(self, channels: int, size: int, kind: str, shared: bool):
+        super().__init__()
+        self.kind, self.shared = kind, shared
+        self.proj = nn.Conv2d(channels, channels, 1)
+        self.next = nn.Conv2d(channels, channels, 1)
+        self.pos = nn.Parameter(torch.randn(1, size * size, channels))
+
+    def forward(self, x):
+        y = self.proj(x)
+        if self.kind == "tokens":
+            out = y.flatten(2).transpose(1, 2) + self.pos
+        elif self.kind == "channels_last":
+            out = y.permute(0, 2, 3, 1) + self.pos.view(1, *x.shape[2:], -1)
+        else:
+            out = {"add": y + x, "sub": y - x, "mul": y * x}[self.kind]
+        return (out, self.next(y)) if self.shared else out
+
+
 def _int32_rescales_of_accumulators(tosa: bytes) -> int:
     g = tosa_ir.read(tosa)
     return sum(
@@ -70,6 +94,43 @@ def _accumulators_read_twice(tosa: bytes):
     return {t: n for t, n in reads.items() if n > 1}
 
 
+def _lower(model, batches, target):
+    spec = EthosUNGCompileSpec(target, embed_tosa=True, strict=True)
+    q = quantize(model, batches[0], spec, calibration=batches, activation_dtype=torch.int16)
+    edge, part = lower(q, batches[0], spec)  # strict: a check that fails raises
+    assert len(part.report.partitions) == 1, part.report.cpu_reasons
+    (info,) = delegate_infos(edge)
+    blob = DelegateBlob.from_bytes(
+        next(m.processed_bytes for _, m in edge.exported_program().graph_module.named_children())
+    )
+    assert info.lowering_verification.status == "verified", info.lowering_verification
+    assert info.npu_verification.status == "verified", info.npu_verification
+    return info, blob
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    kind=st.sampled_from(["add", "sub", "mul", "tokens", "channels_last"]),
+    shared=st.booleans(),
+    target=st.sampled_from(["ethos-u55-128", "ethos-u65-256", "ethos-u85-256"]),
+    channels=st.sampled_from([4, 8, 16]),
+    size=st.integers(2, 6),
+    seed=st.integers(0, 2**16),
+)
+# upstream's two forks, each on a target family, every run
+@example(kind="channels_last", shared=True, target="ethos-u85-256", channels=8, size=4, seed=0)
+@example(kind="add", shared=True, target="ethos-u55-128", channels=8, size=4, seed=0)
+def test_every_int32_consumer_of_an_a16w8_convolution_reads_its_int16_output(
+    kind, shared, target, channels, size, seed
+):
+    g = torch.Generator().manual_seed(seed)
+    batches = [(torch.randn(1, channels, size, size, generator=g),) for _ in range(2)]
+    model = Consumers(channels, size, kind, shared).eval()
+    _, blob = _lower(model, batches, target)
+    assert _accumulators_read_twice(blob.tosa) == {}
+    assert _int32_rescales_of_accumulators(blob.tosa) == 0
+
+
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     block=st.sampled_from([InvertedResidual, BasicBlock]),
@@ -84,21 +145,11 @@ def test_an_a16w8_residual_reads_the_int16_output_and_folds(
 ):
     g = torch.Generator().manual_seed(seed)
     batches = [(torch.randn(1, channels, size, size, generator=g),) for _ in range(2)]
-    spec = EthosUNGCompileSpec(target, embed_tosa=True, strict=True)
-    model = block(channels, hidden).eval()
-    q = quantize(model, batches[0], spec, calibration=batches, activation_dtype=torch.int16)
-    edge, part = lower(q, batches[0], spec)  # strict: a check that fails raises
-    assert len(part.report.partitions) == 1, part.report.cpu_reasons
-    (info,) = delegate_infos(edge)
-    blob = DelegateBlob.from_bytes(
-        next(m.processed_bytes for _, m in edge.exported_program().graph_module.named_children())
-    )
+    info, blob = _lower(block(channels, hidden).eval(), batches, target)
     assert _accumulators_read_twice(blob.tosa) == {}
     # no int32 RESCALE of an accumulator either (upstream's, for the convolution only the ADD
     # reads, skips the int16 clamp: 301 steps from the quantized model on a drawn BasicBlock)
     assert _int32_rescales_of_accumulators(blob.tosa) == 0
-    assert info.lowering_verification.status == "verified", info.lowering_verification
-    assert info.npu_verification.status == "verified", info.npu_verification
     # no layer of the stream rescales an accumulator on its own
     ops, dtypes = (
         tosa_ops(blob.tosa),
