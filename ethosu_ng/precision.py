@@ -168,6 +168,8 @@ def _least_loss_covers(
     def lost(r: ModuleRow) -> float:
         return max(loss.get(r.module, 0.0), 0.0)
 
+    if not need > 0:
+        raise ValueError(f"a cover of {need} cycles: there is nothing to cover")
     paying = [r for r in rows if saved(r) > 0]
     if sum(saved(r) for r in paying) < need:
         return [paying or [min(rows, key=lost)]]

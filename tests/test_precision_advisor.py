@@ -381,3 +381,41 @@ def test_the_choice_fits_the_budget_in_at_most_two_lowerings(drawn, end):
     assert sqnr == measure_set(chosen)
     assert len(lowered) <= 2, lowered
     assert all(set(b) < set(a) for a, b in zip(lowered, lowered[1:])), lowered
+
+
+@settings(max_examples=200, deadline=None)
+@given(_additive_tables(), st.floats(0.0, 1.0, exclude_min=True), st.booleans())
+def test_a_cover_covers_and_no_row_with_a_loss_could_leave_it(drawn, share, exact):
+    """Both searches (every subset; least loss per cycle above ``EXACT_COVER_ROWS`` rows) return
+    covers of the excess (every paying row where they cannot) in which no row that loses
+    something is spare; the exhaustive one's first is the cheapest of all covers."""
+    import ethosu_ng.precision as precision
+
+    rows, _, _ = drawn
+    loss = {r.module: r.sqnr_loss_db for r in rows}
+    paying = [r for r in rows if r.extra_cycles > 0]
+    need = share * sum(r.extra_cycles for r in paying) or share  # no paying row: any excess
+    limit = precision.EXACT_COVER_ROWS if exact else 0
+    old, precision.EXACT_COVER_ROWS = precision.EXACT_COVER_ROWS, limit
+    try:
+        covers = precision._least_loss_covers(rows, need, loss, count=3)
+    finally:
+        precision.EXACT_COVER_ROWS = old
+    assert 1 <= len(covers) <= 3
+    for cover in covers:
+        saved = sum(r.extra_cycles for r in cover if r.extra_cycles > 0)
+        if not paying:
+            assert len(cover) == 1
+            continue
+        assert saved >= need
+        assert not any(loss[r.module] > 0 and saved - r.extra_cycles >= need for r in cover)
+    if exact and paying:
+        cheapest = min(
+            sum(loss[m] for m in subset)
+            for k in range(1, len(paying) + 1)
+            for subset in itertools.combinations([r.module for r in paying], k)
+            if sum(r.extra_cycles for r in paying if r.module in subset) >= need
+        )
+        assert sum(loss[r.module] for r in covers[0]) == pytest.approx(cheapest)
+    with pytest.raises(ValueError, match="a cover of 0 cycles"):
+        precision._least_loss_covers(rows, 0, loss)
