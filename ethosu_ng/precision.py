@@ -356,7 +356,7 @@ def advise(
     want = batch_outputs(model, tests)
     say = log or logger.info  # the CLI prints this logger's lines
 
-    def measure(module_dtypes=None, activation_dtype=torch.int8) -> float:
+    def measure(module_dtypes=None, activation_dtype=torch.int8) -> Tuple[float, torch.nn.Module]:
         q = quantize(
             model,
             example_inputs,
