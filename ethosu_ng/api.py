@@ -384,6 +384,7 @@ def compile(  # noqa: A001 - the verb of the command line
     allow_missing_kernels: bool = False,
     precision: str = "int8",
     int16_modules: Sequence[str] = (),
+    int8_modules: Sequence[str] = (),
     precision_budget: float = 1.25,
     stage=_quiet,
     **spec_options,
@@ -399,10 +400,10 @@ def compile(  # noqa: A001 - the verb of the command line
     ``sram_budget``, ``embed_tosa``, ``verify_npu``, ...). A CPU op without a kernel in the host
     runtime raises ``MissingKernelError`` unless ``allow_missing_kernels`` (firmware that links
     its own kernels). ``precision``: activations ``"int8"``, ``"int16"`` (a16w8) or ``"auto"``
-    (``ethosu_ng.precision.advise`` picks the int16 modules within ``precision_budget`` times
-    the int8 NPU cycles; its table is the report's ``precision``); ``int16_modules``: module
-    names made int16 in an int8 model. ``stage(name, fn, *args)`` runs each stage (the CLI
-    prints progress).
+    (``ethosu_ng.precision.advise`` picks the modules' precision within ``precision_budget``
+    times the int8 NPU cycles; its table is the report's ``precision``); ``int16_modules``:
+    module names made int16 in an int8 model; ``int8_modules``: made int8 in an int16 model.
+    ``stage(name, fn, *args)`` runs each stage (the CLI prints progress).
     """
     from ethosu_ng import io_layout
     from ethosu_ng.adapters import exir
@@ -422,6 +423,8 @@ def compile(  # noqa: A001 - the verb of the command line
         raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
     if precision != "int8" and int16_modules:
         raise ValueError(f"int16 modules are for an int8 model, not precision {precision!r}")
+    if precision != "int16" and int8_modules:
+        raise ValueError(f"int8 modules are for an int16 model, not precision {precision!r}")
     if not precision_budget >= 1:
         raise ValueError(f"precision budget {precision_budget}: at least 1 (the int8 cycles)")
 
@@ -429,6 +432,7 @@ def compile(  # noqa: A001 - the verb of the command line
     calib = _calibration(calibration, x, seed)
     activation_dtype = torch.int16 if precision == "int16" else torch.int8
     module_dtypes = {m: torch.int16 for m in int16_modules}
+    module_dtypes.update({m: torch.int8 for m in int8_modules})
     advice = None
     if precision == "auto":
         from ethosu_ng.precision import advise
@@ -436,7 +440,7 @@ def compile(  # noqa: A001 - the verb of the command line
         advice = stage(
             "precision advisor", advise, net, x, spec, calib, cycle_budget=precision_budget
         )
-        module_dtypes = advice.module_dtypes
+        activation_dtype, module_dtypes = advice.activation_dtype, advice.module_dtypes
     edge, part, quantized, x = build(
         net,
         x,
@@ -492,7 +496,8 @@ def compile(  # noqa: A001 - the verb of the command line
         "extra_vela_flags": list(spec.extra_vela_flags),
         "sram_budget": spec.sram_budget,
         "precision": precision,
-        "int16_modules": sorted(module_dtypes),
+        "int16_modules": sorted(m for m, d in module_dtypes.items() if d == torch.int16),
+        "int8_modules": sorted(m for m, d in module_dtypes.items() if d == torch.int8),
     }
     if advice is not None:
         rep["precision"] = advice.as_dict()

@@ -5,19 +5,22 @@
 ``advise`` quantizes the model all-int8 and all-int16 and lowers both, which gives the SQNR
 (against the float model) each precision reaches and, from Vela's per-layer estimate attributed
 to ``nn.Module``s (``module_profile``), the NPU cycles each candidate module costs in either.
-It then measures each candidate's SQNR gain when it alone is int16 (one quantization each, no
-lowering), and adds candidates in order of gain per extra cycle while the estimated cycles stay
-within ``cycle_budget`` times the all-int8 cycles, re-measuring the SQNR of the set after each
-addition, until the set reaches ``gain_share`` of the all-int16 gain. Where that falls short
-(a transformer's blocks gain only together: each alone in an int8 model gains next to nothing),
-it also measures what each candidate loses when it alone goes back to int8 in the all-candidates
-int16 model and chooses from that end too (``choose_down``); the better of the two choices is
-kept. Either choice is shrunk to the budget the same way (``_fit_budget``): while the estimate
-is over, the modules that cover the excess at the least SQNR loss, measured in the set they
-leave, go back to int8, and a set is lowered (verification off: only Vela's estimate is used)
-when its estimate fits. The table it decided from and the choice are returned (and written to
-the report by the CLI's ``--precision auto``), so a user can keep the choice as
-``EthosUNGQuantizer(spec, module_dtypes=advice.module_dtypes)``.
+Where the all-int16 program fits ``cycle_budget`` times the all-int8 cycles, that is the choice
+(strategy ``"int16"``). Otherwise it measures each candidate's SQNR gain when it alone is int16
+(one quantization each, no lowering), and adds candidates in order of gain per extra cycle
+while the estimated cycles stay within budget, re-measuring the SQNR of the set after each
+addition, until the set reaches ``gain_share`` of the all-int16 gain (strategy ``"up"``: an
+int8 model with int16 modules). Where that falls short (a transformer's blocks gain only
+together: each alone in an int8 model gains next to nothing), it chooses from the other end
+too (``choose_down``, strategy ``"down"``: an int16 model with int8 modules): what each
+candidate loses when it alone goes int8 in the all-int16 model, and candidates go int8 by that
+loss until the cycles fit; the better of the two choices is kept. Either choice is shrunk to
+the budget the same way (``_fit_budget``): while the estimate is over, the modules that cover
+the excess at the least SQNR loss, measured in the set they leave, change precision, and a set
+is lowered (verification off: only Vela's estimate is used) when its estimate fits. The table
+it decided from and the choice are returned (and written to the report by the CLI's
+``--precision auto``), so a user can keep the choice as
+``EthosUNGQuantizer(spec, **advice.quantizer_args)``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import dataclasses
 import logging
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -47,8 +50,8 @@ class ModuleRow:
     sqnr_gain_db: float  # this module alone int16, over all-int8
     int8_cycles: float
     int16_cycles: float
-    chosen: bool = False
-    # the candidates int16 but this one, under all candidates int16 (None: not measured)
+    chosen: bool = False  # int16 in the choice
+    # this module alone int8, under all-int16 (None: not measured)
     sqnr_loss_db: Optional[float] = None
 
     @property
@@ -68,11 +71,27 @@ class PrecisionAdvice:
     cycle_budget: float
     depth: int
     rows: List[ModuleRow] = field(default_factory=list)
-    strategy: str = "up"  # "up": added to int8; "down": taken out of int16
+    # "up": int16 modules in an int8 model; "down": int8 modules in an int16 model;
+    # "int16": the whole model int16 (within budget)
+    strategy: str = "up"
+
+    @property
+    def activation_dtype(self) -> torch.dtype:
+        """The model's activation dtype in the choice; ``module_dtypes`` are the exceptions."""
+        return torch.int8 if self.strategy == "up" else torch.int16
 
     @property
     def module_dtypes(self) -> Dict[str, torch.dtype]:
-        return {r.module: torch.int16 for r in self.rows if r.chosen}
+        if self.strategy == "up":
+            return {r.module: torch.int16 for r in self.rows if r.chosen}
+        if self.strategy == "down":
+            return {r.module: torch.int8 for r in self.rows if not r.chosen}
+        return {}
+
+    @property
+    def quantizer_args(self) -> dict:
+        """The choice as ``EthosUNGQuantizer`` / ``quantize`` keyword arguments."""
+        return {"activation_dtype": self.activation_dtype, "module_dtypes": self.module_dtypes}
 
     @property
     def reached(self) -> bool:
@@ -91,7 +110,11 @@ class PrecisionAdvice:
             f"({self.chosen_cycles / max(self.int8_cycles, 1):.2f}x int8; goal "
             f"{self.gain_share:.0%} of the gain within {self.cycle_budget:.2f}x: "
             f"{'reached' if self.reached else 'not reached'})",
-            f"chosen {'up from int8' if self.strategy == 'up' else 'down from int16'}",
+            {
+                "up": "chosen up from int8: int16 modules in an int8 model",
+                "down": "chosen down from int16: int8 modules in an int16 model",
+                "int16": "chosen: the whole model int16, within the budget",
+            }[self.strategy],
             f"{'module':<32} {'gain dB':>8} {'loss dB':>8} {'int8 cycles':>12} "
             f"{'int16 cycles':>12}  int16",
         ]
@@ -105,7 +128,10 @@ class PrecisionAdvice:
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        d["module_dtypes"] = {k: "int16" for k in self.module_dtypes}
+        d["activation_dtype"] = str(self.activation_dtype).split(".")[-1]
+        d["module_dtypes"] = {
+            k: str(v).split(".")[-1] for k, v in sorted(self.module_dtypes.items())
+        }
         d["reached"] = self.reached
         return d
 
@@ -199,42 +225,43 @@ def _least_loss_covers(
 
 def _fit_budget(
     rows: List[ModuleRow],
-    int8_sqnr: float,
-    int8_cycles: float,
+    base_cycles: float,
     budget: float,
     measure_set,
     lower_set,
     say,
+    empty: Callable[[], Tuple[float, float]],
     sqnr: Optional[float] = None,
     loss: Optional[Dict[str, float]] = None,
 ) -> Tuple[float, float]:
     """Shrink the chosen ``rows`` until their lowered cycles are within ``budget``; returns
-    (the set's SQNR, its real cycles), int8's when the set empties.
+    (the set's SQNR, its real cycles), ``empty()`` when the set empties.
 
-    While the estimate (int8 cycles plus the chosen rows' extras, scaled by what the last
-    lowering showed: the int8 <-> int16 requantizations at a set's borders cost cycles no row
-    holds) is over, the rows that cover the excess at the least SQNR loss leave
-    (``_least_loss_covers``). A row's loss is measured in the set it leaves: the set's SQNR less
-    the SQNR without it, because single-module figures do not add up (``sqnr`` and ``loss``:
-    those figures for the starting set, where already measured); nor do losses, so the
-    ``COVERS_MEASURED`` covers of least summed loss are compared by measuring the set each
-    leaves. A lowering costs minutes: the set is lowered only when the estimate fits.
+    While the estimate (``base_cycles``, the cycles with no row chosen, plus the chosen rows'
+    extras, scaled by what the last lowering showed: the int8 <-> int16 requantizations at a
+    set's borders cost cycles no row holds) is over, the rows that cover the excess at the
+    least SQNR loss leave (``_least_loss_covers``). A row's loss is measured in the set it
+    leaves: the set's SQNR less the SQNR without it, because single-module figures do not add
+    up (``sqnr`` and ``loss``: those figures for the starting set, where already measured); nor
+    do losses, so the ``COVERS_MEASURED`` covers of least summed loss are compared by measuring
+    the set each leaves. A lowering costs minutes: the set is lowered only when the estimate
+    fits.
     """
     scale = 1.0
     while True:
         chosen = [r for r in rows if r.chosen]
         names = [r.module for r in chosen]
         if not chosen:
-            return int8_sqnr, int8_cycles
+            return empty()
         extra = sum(max(r.extra_cycles, 0.0) for r in chosen)
-        over = int8_cycles + scale * extra - budget
+        over = base_cycles + scale * extra - budget
         if over <= 0:
             cycles = lower_set(names)
             say(f"lowered {', '.join(names)}: {cycles:,.0f} cycles (budget {budget:,.0f})")
             if cycles <= budget:
                 return (measure_set(names) if sqnr is None else sqnr), cycles
             if extra > 0:
-                scale = (cycles - int8_cycles) / extra
+                scale = (cycles - base_cycles) / extra
             over = cycles - budget
         if loss is None:
             # only a row that saves cycles can cover the excess (any row when none does)
@@ -290,7 +317,16 @@ def choose(
         estimate += max(r.extra_cycles, 0.0)
         sqnr = measure_set([x.module for x in rows if x.chosen])
         say(f"+ {r.module}: {sqnr:.2f} dB, about {estimate:,.0f} cycles")
-    return _fit_budget(rows, int8_sqnr, int8_cycles, budget, measure_set, lower_set, say, sqnr)
+    return _fit_budget(
+        rows,
+        int8_cycles,
+        budget,
+        measure_set,
+        lower_set,
+        say,
+        lambda: (int8_sqnr, int8_cycles),
+        sqnr,
+    )
 
 
 def choose_down(
@@ -301,25 +337,30 @@ def choose_down(
     measure_set,
     lower_set,
     say=lambda line: None,
+    base_cycles: Optional[float] = None,
+    empty: Optional[Callable[[], Tuple[float, float]]] = None,
 ) -> Tuple[float, float]:
     """Mark the chosen ``rows`` and return (their SQNR, their real cycles), from the other end.
 
-    Every candidate starts int16 and leaves by the SQNR it loses (``sqnr_loss_db`` in the
-    all-int16 set, then re-measured in each smaller set) until the cycles fit the budget
-    (``_fit_budget``). Gains a transformer's blocks give only together (each alone in an int8
-    model gains nothing: the int8 rest keeps the error) show here.
+    Every candidate with a measured ``sqnr_loss_db`` starts int16 and leaves by the SQNR it
+    loses (re-measured in each smaller set) until the cycles fit ``cycle_budget`` times
+    ``int8_cycles`` (``_fit_budget``). ``base_cycles`` (default ``int8_cycles``): the cycles
+    with every candidate int8, what ``measure_set``/``lower_set`` build around the chosen set;
+    ``empty()`` (default int8's figures): that set's SQNR and cycles. Gains a transformer's
+    blocks give only together (each alone in an int8 model gains nothing: the int8 rest keeps
+    the error) show here.
     """
     for r in rows:
         r.chosen = r.sqnr_loss_db is not None
     loss = {r.module: r.sqnr_loss_db for r in rows if r.chosen}
     return _fit_budget(
         rows,
-        int8_sqnr,
-        int8_cycles,
+        int8_cycles if base_cycles is None else base_cycles,
         cycle_budget * int8_cycles,
         measure_set,
         lower_set,
         say,
+        empty or (lambda: (int8_sqnr, int8_cycles)),
         loss=loss,
     )
 
@@ -379,7 +420,14 @@ def advise(
     c8 = cycles_of(q8)
     s16, q16 = measure(activation_dtype=torch.int16)
     c16 = cycles_of(q16)
-    say(f"int8 {s8:.2f} dB, int16 {s16:.2f} dB")
+    total8, total16 = sum(c8.values()), sum(c16.values())
+    budget = cycle_budget * total8
+    say(f"int8 {s8:.2f} dB {total8:,.0f} cycles, int16 {s16:.2f} dB {total16:,.0f} cycles")
+    if total16 <= budget and s16 >= s8:
+        say(f"the whole model int16 fits the budget ({budget:,.0f} cycles)")
+        return PrecisionAdvice(
+            s8, s16, s16, total8, total16, total16, gain_share, cycle_budget, 0, [], "int16"
+        )
     if candidates is None:
         depth, names = _candidates(model, c16)
     else:
@@ -394,37 +442,66 @@ def advise(
         rows.append(ModuleRow(name, gain, module_cycles(c8, name), module_cycles(c16, name)))
         say(f"{name}: {gain:+.2f} dB, {rows[-1].extra_cycles:+,.0f} cycles")
 
-    total8, total16 = sum(c8.values()), sum(c16.values())
+    def quantize_set(chosen: Sequence[str], activation_dtype) -> Dict[str, torch.dtype]:
+        """The quantizer's module dtypes for ``chosen`` int16 in a model of ``activation_dtype``."""
+        if activation_dtype == torch.int8:
+            return {m: torch.int16 for m in chosen}
+        return {m: torch.int8 for m in names if m not in chosen}
 
-    def measure_set(chosen: Sequence[str]) -> float:
-        return measure({m: torch.int16 for m in chosen})[0]
+    def measurer(activation_dtype):
+        return lambda chosen: measure(quantize_set(chosen, activation_dtype), activation_dtype)[0]
 
-    def lower_set(chosen: Sequence[str]) -> float:
-        q = quantize(
-            model,
-            example_inputs,
-            spec,
-            calibration=calibration,
-            module_dtypes={m: torch.int16 for m in chosen},
-        )
-        return sum(cycles_of(q).values())
+    def lowerer(activation_dtype):
+        def lower_set(chosen: Sequence[str]) -> float:
+            q = quantize(
+                model,
+                example_inputs,
+                spec,
+                calibration=calibration,
+                activation_dtype=activation_dtype,
+                module_dtypes=quantize_set(chosen, activation_dtype),
+            )
+            return sum(cycles_of(q).values())
+
+        return lower_set
 
     chosen_sqnr, chosen_cycles = choose(
-        rows, s8, s16, total8, gain_share, cycle_budget, measure_set, lower_set, say
+        rows,
+        s8,
+        s16,
+        total8,
+        gain_share,
+        cycle_budget,
+        measurer(torch.int8),
+        lowerer(torch.int8),
+        say,
     )
     strategy = "up"
     if chosen_sqnr - s8 < gain_share * (s16 - s8):
-        # Not reached from int8: measure what each candidate is worth among the others in
-        # int16, and choose from that end too; the better choice within budget is kept.
+        # Not reached from int8: choose from the all-int16 model too (no int8 <-> int16
+        # borders but the ones the choice makes), by what each candidate loses alone in int8
+        # there; the better choice within budget is kept.
         up = [r.chosen for r in rows]
-        s_all = measure_set(names)
+        measure_down, lower_down = measurer(torch.int16), lowerer(torch.int16)
         for r in rows:
-            r.sqnr_loss_db = s_all - measure_set([n for n in names if n != r.module])
+            r.sqnr_loss_db = s16 - measure_down([n for n in names if n != r.module])
             say(f"{r.module}: {r.sqnr_loss_db:+.2f} dB lost alone in int8")
+
+        def all_int8() -> Tuple[float, float]:
+            return measure_down([]), lower_down([])
+
         down_sqnr, down_cycles = choose_down(
-            rows, s8, total8, cycle_budget, measure_set, lower_set, say
+            rows,
+            s8,
+            total8,
+            cycle_budget,
+            measure_down,
+            lower_down,
+            say,
+            base_cycles=total16 - sum(max(r.extra_cycles, 0.0) for r in rows),
+            empty=all_int8,
         )
-        if down_sqnr > chosen_sqnr and down_cycles <= cycle_budget * total8:
+        if down_sqnr > chosen_sqnr and down_cycles <= budget:
             chosen_sqnr, chosen_cycles, strategy = down_sqnr, down_cycles, "down"
         else:
             for r, was in zip(rows, up):

@@ -274,10 +274,26 @@ def test_compile_takes_the_precision_and_names_a_bad_one():
     blob = DelegateBlob.from_bytes(exir.pte_delegate_payloads(res.pte)[0][1])
     assert [s.dtype for s in blob.inputs + blob.outputs] == [torch.int16, torch.int16]
     assert res.report["compile_args"]["precision"] == "int16"
+    # an int8 module in the int16 model: the program the advisor's "down" choice builds
+    mixed = api.compile(
+        Block("layernorm", 8).eval(),
+        x,
+        "ethos-u55-128",
+        precision="int16",
+        int8_modules=["norm"],
+        input_dtype="int16",
+        output_dtype="int16",
+        calibration=2,
+    )
+    args = mixed.report["compile_args"]
+    assert args["int8_modules"] == ["norm"] and args["int16_modules"] == []
+    assert mixed.pte != res.pte
     model = Block("layernorm", 8).eval()
     for kwargs, match in [
         (dict(precision="int4"), "precision 'int4': expected one of int8, int16, auto"),
         (dict(precision="int16", int16_modules=["norm"]), "int16 modules are for an int8"),
+        (dict(int8_modules=["norm"]), "int8 modules are for an int16 model, not precision 'int8'"),
+        (dict(precision="int16", int8_modules=["nrom"]), r"\['nrom'\] match no module"),
         (dict(int16_modules=["nrom"]), r"\['nrom'\] match no module"),
         (dict(precision="auto", precision_budget=0.5), "precision budget 0.5"),
         (dict(input_dtype="int32"), "IO dtype 'int32'"),

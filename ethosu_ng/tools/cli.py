@@ -157,6 +157,7 @@ def cmd_compile(args) -> int:
                 allow_missing_kernels=args.allow_missing_kernels,
                 precision=args.precision,
                 int16_modules=args.int16_module or (),
+                int8_modules=args.int8_module or (),
                 precision_budget=args.precision_budget,
                 stage=stages.run,
                 **spec_options,
@@ -370,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--precision",
         choices=["int8", "int16", "auto"],
         default="int8",
-        help="activations int8, int16 (a16w8), or auto: the int16 modules the precision "
+        help="activations int8, int16 (a16w8), or auto: the modules' precision the precision "
         "advisor picks (docs/accuracy.md)",
     )
     c.add_argument(
@@ -378,6 +379,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="NAME",
         help="a module (qualified name) with int16 activations in an int8 model (repeatable)",
+    )
+    c.add_argument(
+        "--int8-module",
+        action="append",
+        metavar="NAME",
+        help="a module (qualified name) with int8 activations in an int16 model (repeatable)",
     )
     c.add_argument(
         "--precision-budget",
