@@ -1,0 +1,140 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Upstream's permute/view propagation, with only the nodes a move touched marked stale
+(``adapters.arm._stale_paths_only``): the same TOSA graph, in a number of graph retraces that
+does not grow with the number of blocks."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+
+import torch
+from conftest import calibration_batches
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from ethosu_ng import EthosUNGCompileSpec
+from ethosu_ng.adapters import arm as upstream
+from ethosu_ng.export import lower, quantize
+
+KINDS = ["channels_last_add", "tokens_sigmoid", "fork_cat", "mean_keepdim", "view_mul"]
+
+
+class Block(nn.Module):
+    """One data-movement pattern around elementwise work, as vision models write them."""
+
+    def __init__(self, kind: str, c: int):
+        super().__init__()
+        self.kind = kind
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, c))
+        self.conv = nn.Conv2d(c, c, 1)
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        if self.kind == "channels_last_add":  # ConvNeXt: NHWC elementwise between convs
+            y = x.permute(0, 2, 3, 1)
+            y = torch.relu(y * self.scale + 1.0)
+            x = y.permute(0, 3, 1, 2)
+        elif self.kind == "tokens_sigmoid":  # ViT-style: tokens through a table op
+            t = x.flatten(2).transpose(1, 2)
+            t = torch.sigmoid(t) * self.scale
+            x = t.transpose(1, 2).reshape(b, c, h, w)
+        elif self.kind == "fork_cat":  # one permute read by two branches, joined again
+            y = x.permute(0, 2, 3, 1)
+            x = torch.cat([y * 2.0, torch.sigmoid(y)], dim=3).permute(0, 3, 1, 2)[:, :c]
+        elif self.kind == "mean_keepdim":  # squeeze-excite over a channels-last view
+            y = x.permute(0, 2, 3, 1)
+            s = y.mean(dim=(1, 2), keepdim=True)
+            x = (y * torch.sigmoid(s)).permute(0, 3, 1, 2)
+        else:  # a view round trip around a multiply
+            x = (x.reshape(b, c, h * w) * 0.75).reshape(b, c, h, w)
+        return self.conv(x)
+
+
+class Stack(nn.Module):
+    def __init__(self, kinds, c: int):
+        super().__init__()
+        self.blocks = nn.Sequential(*[Block(k, c) for k in kinds])
+
+    def forward(self, x):
+        return self.blocks(x)
+
+
+def _lower(model, shape, target, checks=None):
+    """Lower ``model``; with ``checks``, each partition also with upstream's stale rule, and
+    whether the two TOSA graphs are the same byte for byte appended to ``checks``."""
+    spec = EthosUNGCompileSpec(target, verify_npu=False, verify_lowering=False)
+    example = (torch.randn(*shape),)
+    q = quantize(model.eval(), example, spec, calibration=calibration_batches(example, n=1))
+    if checks is None:
+        lower(q, example, spec)
+        return
+    real = upstream.lower_to_tosa
+
+    def both(program, spec, op_sources=None):
+        twin = copy.deepcopy(program)
+        paths = real(program, spec, op_sources)
+        whole, upstream._stale_paths_only = upstream._stale_paths_only, contextlib.nullcontext
+        try:
+            with upstream.lowering_context(spec, twin):
+                downstream = real(twin, spec)
+        finally:
+            upstream._stale_paths_only = whole
+        checks.append(paths == downstream)
+        return paths
+
+    upstream.lower_to_tosa = both
+    try:
+        lower(q, example, spec)
+    finally:
+        upstream.lower_to_tosa = real
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=5),
+    c=st.sampled_from([4, 8, 16]),
+    hw=st.sampled_from([(4, 4), (6, 10), (8, 8)]),
+    target=st.sampled_from(["ethos-u55-128", "ethos-u85-256"]),
+)
+def test_the_tosa_graph_is_the_one_the_downstream_rule_gives(kinds, c, hw, target):
+    torch.manual_seed(0)
+    checks = []
+    _lower(Stack(kinds, c), (1, c, *hw), target, checks)
+    assert checks and all(checks), (kinds, checks)
+
+
+def test_retraces_do_not_grow_with_the_blocks():
+    """Each block's permutes move once. Upstream's rule retraces the whole graph once per
+    move on a graph where each move is downstream of the last (the count grows with the
+    blocks); with the stale paths only, moves in different blocks share a scan."""
+    from executorch.backends.transforms.propagate_view_copy_permute_pass import (
+        PropagateViewCopyPermutePass,
+    )
+
+    counts = {}
+    real = PropagateViewCopyPermutePass._retrace
+
+    def counted(self, gm):
+        counts[key] = counts.get(key, 0) + 1
+        return real(self, gm)
+
+    PropagateViewCopyPermutePass._retrace = counted
+    try:
+        for key, blocks in (("paths", 4), ("paths", 12), ("downstream", 4), ("downstream", 12)):
+            key = f"{key} {blocks}"
+            rule = contextlib.nullcontext if key.startswith("downstream") else None
+            whole = upstream._stale_paths_only
+            upstream._stale_paths_only = rule or whole
+            try:
+                torch.manual_seed(0)
+                kinds = ["channels_last_add", "mean_keepdim"] * (blocks // 2)
+                _lower(Stack(kinds, 8), (1, 8, 6, 6), "ethos-u85-256")
+            finally:
+                upstream._stale_paths_only = whole
+    finally:
+        PropagateViewCopyPermutePass._retrace = real
+    # the premise: upstream's rule retraces once more per block or two
+    assert counts["downstream 12"] >= counts["downstream 4"] + 4, counts
+    assert counts["paths 12"] == counts["paths 4"], counts
