@@ -453,14 +453,7 @@ def advise(
 
     def lowerer(activation_dtype):
         def lower_set(chosen: Sequence[str]) -> float:
-            q = quantize(
-                model,
-                example_inputs,
-                spec,
-                calibration=calibration,
-                activation_dtype=activation_dtype,
-                module_dtypes=quantize_set(chosen, activation_dtype),
-            )
+            q = measure(quantize_set(chosen, activation_dtype), activation_dtype)[1]
             return sum(cycles_of(q).values())
 
         return lower_set
