@@ -1,0 +1,71 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The permute/view propagation's stale rule on real models: each partition's TOSA graph with
+ours (``adapters.arm._stale_paths_only``) and with upstream's (everything downstream of a move),
+byte for byte, and the CPU seconds of each lowering in this process (verification off; Vela's
+child processes not counted).
+
+    OMP_NUM_THREADS=1 python bench/stale_rule.py ethos-u85-256 timm:levit_128s timm:convnext_atto
+
+One JSON line per model.
+"""
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import compare_upstream  # noqa: E402  (bench/, beside this file)
+
+from ethosu_ng import EthosUNGCompileSpec  # noqa: E402
+from ethosu_ng.adapters import arm  # noqa: E402
+from ethosu_ng.export import lower, quantize  # noqa: E402
+
+
+def main() -> int:
+    target = sys.argv[1]
+    for name in sys.argv[2:]:
+        model, x, _ = compare_upstream.load(name)
+        spec = EthosUNGCompileSpec(target, verify_npu=False, verify_lowering=False)
+        q = quantize(model, x, spec)
+        out = {}
+        real = arm.lower_to_tosa
+        for mode in ("paths", "downstream"):
+            got = []
+
+            def capture(*a, real=real, got=got, **k):
+                t = real(*a, **k)
+                got.append(t)
+                return t
+
+            arm.lower_to_tosa = capture
+            saved = arm._stale_paths_only
+            if mode == "downstream":
+                arm._stale_paths_only = contextlib.nullcontext
+            c = time.process_time()
+            try:
+                lower(q, x, spec)
+            except Exception as e:
+                got.append(f"error {type(e).__name__}: {e}".encode()[:200])
+            finally:
+                arm.lower_to_tosa, arm._stale_paths_only = real, saved
+            out[mode] = (time.process_time() - c, [hashlib.sha1(t).hexdigest()[:10] for t in got])
+        same = out["paths"][1] == out["downstream"][1]
+        row = {
+            "model": name,
+            "target": target,
+            "same_tosa": same,
+            "cpu_s_paths": round(out["paths"][0], 1),
+            "cpu_s_downstream": round(out["downstream"][0], 1),
+            "tosa": out,
+        }
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
