@@ -124,7 +124,15 @@ class PrecisionAdvice:
                 f"{r.module:<32} {r.sqnr_gain_db:>8.2f} {loss:>8} {r.int8_cycles:>12,.0f} "
                 f"{r.int16_cycles:>12,.0f}  {'yes' if r.chosen else '-'}"
             )
+        lines.append(f"to keep this choice: ethosu-ng compile ... {self.cli_args}")
         return "\n".join(lines)
+
+    @property
+    def cli_args(self) -> str:
+        """The choice as ``ethosu-ng compile`` arguments."""
+        flag = "--int16-module" if self.activation_dtype == torch.int8 else "--int8-module"
+        dtype = str(self.activation_dtype).split(".")[-1]
+        return " ".join([f"--precision {dtype}"] + [f"{flag} {m}" for m in self.module_dtypes])
 
     def as_dict(self) -> dict:
         d = asdict(self)

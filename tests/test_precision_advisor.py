@@ -275,6 +275,12 @@ def test_the_table_says_which_end_the_choice_came_from():
         r.chosen = True
     a = PrecisionAdvice(6.0, 33.0, 33.0, 600, 1080, 780, 0.9, 1.4, 1, rows, "down")
     assert a.reached and "down from int16" in a.table() and "loss dB" in a.table()
+    int8 = [r.module for r in rows if not r.chosen]
+    assert a.quantizer_args == {
+        "activation_dtype": torch.int16,
+        "module_dtypes": {m: torch.int8 for m in int8},
+    }
+    assert a.cli_args == "--precision int16" + "".join(f" --int8-module {m}" for m in int8)
 
 
 @pytest.fixture(scope="module")
@@ -291,6 +297,7 @@ def test_whole_int16_within_budget_is_the_choice(whole_int16):
     assert a.chosen_sqnr_db == a.int16_sqnr_db and a.chosen_cycles == a.int16_cycles
     assert a.quantizer_args == {"activation_dtype": torch.int16, "module_dtypes": {}}
     assert "the whole model int16" in a.table()
+    assert a.table().endswith("ethosu-ng compile ... --precision int16")
 
 
 @pytest.fixture(scope="module")
@@ -332,6 +339,12 @@ def test_the_advice_is_measured_and_kept_to_its_budget(advice):
         r.module: want for r in a.rows if (r.module in int16) == (a.strategy == "up")
     }
     assert a.as_dict()["activation_dtype"] == ("int8" if a.strategy == "up" else "int16")
+    # the command line that rebuilds the choice
+    flag = "--int16-module" if a.strategy == "up" else "--int8-module"
+    assert table.endswith(
+        f"--precision {a.as_dict()['activation_dtype']}"
+        + "".join(f" {flag} {m}" for m in a.module_dtypes)
+    )
 
 
 @pytest.mark.slow
