@@ -496,6 +496,8 @@ def compile(  # noqa: A001 - the verb of the command line
         "extra_vela_flags": list(spec.extra_vela_flags),
         "sram_budget": spec.sram_budget,
         "precision": precision,
+        # the activation dtype built (what --precision auto chose), for verify's rebuild
+        "activation_dtype": str(activation_dtype).split(".")[-1],
         "int16_modules": sorted(m for m, d in module_dtypes.items() if d == torch.int16),
         "int8_modules": sorted(m for m, d in module_dtypes.items() if d == torch.int8),
     }
@@ -653,6 +655,11 @@ def _rebuild(pte: bytes, path: str):
         ca.get("input_layout"),
         ca.get("output_layout"),
         ca.get("cpu_op") or (),
+        activation_dtype=DTYPES[ca.get("activation_dtype") or "int8"],
+        module_dtypes={
+            **{m: torch.int16 for m in ca.get("int16_modules") or ()},
+            **{m: torch.int8 for m in ca.get("int8_modules") or ()},
+        },
     )
     return quantized, edge, x
 

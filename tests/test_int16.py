@@ -302,6 +302,28 @@ def test_compile_takes_the_precision_and_names_a_bad_one():
             api.compile(model, x, "ethos-u55-128", calibration=1, **kwargs)
 
 
+def test_verify_rebuilds_the_precision_a_pte_was_compiled_with(tmp_path):
+    """``verify model.pte`` compares with the eager model built as the program was: an int16
+    program with an int8 module, not the int8 model (whose output is hundreds of int16 steps
+    off)."""
+    from test_first_hour import TINY
+
+    from ethosu_ng import api
+
+    res = api.compile(
+        TINY, target="ethos-u85-256", precision="int16", int8_modules=["c2"], calibration=2
+    )
+    assert res.report["compile_args"]["activation_dtype"] == "int16"
+    path = str(tmp_path / "m.pte")
+    res.save(path)
+    # the eager model verify compares with is the one compile quantized
+    quantized, _, x = api._rebuild(res.pte, path)
+    with torch.no_grad():
+        assert torch.equal(quantized(*x), res.quantized(*x))
+    got = api.verify(path, n=2)
+    assert got.passed and got.max_lsb, got
+
+
 def test_cli_precision_budget_below_one_is_one_line(tmp_path):
     from test_first_hour import TINY, assert_clean_error, cli
 
