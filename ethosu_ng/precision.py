@@ -71,22 +71,27 @@ class PrecisionAdvice:
     cycle_budget: float
     depth: int
     rows: List[ModuleRow] = field(default_factory=list)
-    # "up": int16 modules in an int8 model; "down": int8 modules in an int16 model;
-    # "int16": the whole model int16 (within budget)
+    # "up": chosen up from int8; "down": chosen down from int16 (the whole model, or where
+    # candidates were given, the candidates in an int8 model); "int16": the whole model int16
     strategy: str = "up"
+    # the model's activation dtype in the choice: "int8" (the chosen rows int16) or "int16"
+    # (the rows not chosen int8); default: "int8" for "up", "int16" otherwise
+    base: Optional[str] = None
+
+    def __post_init__(self):
+        if self.base is None:
+            self.base = "int8" if self.strategy == "up" else "int16"
 
     @property
     def activation_dtype(self) -> torch.dtype:
         """The model's activation dtype in the choice; ``module_dtypes`` are the exceptions."""
-        return torch.int8 if self.strategy == "up" else torch.int16
+        return torch.int8 if self.base == "int8" else torch.int16
 
     @property
     def module_dtypes(self) -> Dict[str, torch.dtype]:
-        if self.strategy == "up":
+        if self.base == "int8":
             return {r.module: torch.int16 for r in self.rows if r.chosen}
-        if self.strategy == "down":
-            return {r.module: torch.int8 for r in self.rows if not r.chosen}
-        return {}
+        return {r.module: torch.int8 for r in self.rows if not r.chosen}
 
     @property
     def quantizer_args(self) -> dict:
@@ -111,10 +116,12 @@ class PrecisionAdvice:
             f"{self.gain_share:.0%} of the gain within {self.cycle_budget:.2f}x: "
             f"{'reached' if self.reached else 'not reached'})",
             {
-                "up": "chosen up from int8: int16 modules in an int8 model",
-                "down": "chosen down from int16: int8 modules in an int16 model",
-                "int16": "chosen: the whole model int16, within the budget",
-            }[self.strategy],
+                ("up", "int8"): "chosen up from int8: int16 modules in an int8 model",
+                ("down", "int16"): "chosen down from int16: int8 modules in an int16 model",
+                ("down", "int8"): "chosen down from the candidates in int16: int16 modules in "
+                "an int8 model",
+                ("int16", "int16"): "chosen: the whole model int16, within the budget",
+            }[self.strategy, self.base],
             f"{'module':<32} {'gain dB':>8} {'loss dB':>8} {'int8 cycles':>12} "
             f"{'int16 cycles':>12}  int16",
         ]
@@ -384,10 +391,12 @@ def advise(
     cycle_budget: float = 1.25,
     log=None,
 ) -> PrecisionAdvice:
-    """Choose the int16 modules (see the module docstring). ``test_inputs``: the batches SQNR is
-    measured on (default: the calibration batches); ``candidates``: module names to choose from
-    (default: one depth of the module tree); ``log``: a callable given progress lines (default:
-    this module's logger)."""
+    """Choose each module's activation dtype (see the module docstring). ``test_inputs``: the
+    batches SQNR is measured on (default: the calibration batches); ``candidates``: the only
+    modules that may be int16, everything else int8 (default: one depth of the module tree, and
+    the rest of the model follows the choice's base dtype: the whole model int16, or int8
+    modules in an int16 model, are choices too); ``log``: a callable given progress lines
+    (default: this module's logger)."""
     from ethosu_ng.export import lower, quantize
 
     if not 0 < gain_share <= 1:
@@ -431,7 +440,9 @@ def advise(
     total8, total16 = sum(c8.values()), sum(c16.values())
     budget = cycle_budget * total8
     say(f"int8 {s8:.2f} dB {total8:,.0f} cycles, int16 {s16:.2f} dB {total16:,.0f} cycles")
-    if total16 <= budget and s16 >= s8:
+    # given candidates, the rest of the model stays int8
+    whole = candidates is None
+    if whole and total16 <= budget and s16 >= s8:
         say(f"the whole model int16 fits the budget ({budget:,.0f} cycles)")
         return PrecisionAdvice(
             s8, s16, s16, total8, total16, total16, gain_share, cycle_budget, 0, [], "int16"
@@ -478,19 +489,24 @@ def advise(
         say,
     )
     strategy = "up"
+    base = "int8"
     if chosen_sqnr - s8 < gain_share * (s16 - s8):
         # Not reached from int8: choose from the all-int16 model too (no int8 <-> int16
-        # borders but the ones the choice makes), by what each candidate loses alone in int8
-        # there; the better choice within budget is kept.
+        # borders but the ones the choice makes; given candidates, from all of them int16 in
+        # the int8 model), by what each candidate loses alone in int8 there; the better
+        # choice within budget is kept.
         up = [r.chosen for r in rows]
-        measure_down, lower_down = measurer(torch.int16), lowerer(torch.int16)
+        down_dtype = torch.int16 if whole else torch.int8
+        measure_down, lower_down = measurer(down_dtype), lowerer(down_dtype)
+        top = s16 if whole else measure_down(names)
         for r in rows:
-            r.sqnr_loss_db = s16 - measure_down([n for n in names if n != r.module])
+            r.sqnr_loss_db = top - measure_down([n for n in names if n != r.module])
             say(f"{r.module}: {r.sqnr_loss_db:+.2f} dB lost alone in int8")
 
         def all_int8() -> Tuple[float, float]:
             return measure_down([]), lower_down([])
 
+        extra = sum(max(r.extra_cycles, 0.0) for r in rows)
         down_sqnr, down_cycles = choose_down(
             rows,
             s8,
@@ -499,11 +515,12 @@ def advise(
             measure_down,
             lower_down,
             say,
-            base_cycles=total16 - sum(max(r.extra_cycles, 0.0) for r in rows),
-            empty=all_int8,
+            base_cycles=total16 - extra if whole else total8,
+            empty=all_int8 if whole else None,
         )
         if down_sqnr > chosen_sqnr and down_cycles <= budget:
             chosen_sqnr, chosen_cycles, strategy = down_sqnr, down_cycles, "down"
+            base = str(down_dtype).split(".")[-1]
         else:
             for r, was in zip(rows, up):
                 r.chosen = was
@@ -519,4 +536,5 @@ def advise(
         depth,
         rows,
         strategy,
+        base,
     )

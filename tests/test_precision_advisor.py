@@ -281,6 +281,12 @@ def test_the_table_says_which_end_the_choice_came_from():
         "module_dtypes": {m: torch.int8 for m in int8},
     }
     assert a.cli_args == "--precision int16" + "".join(f" --int8-module {m}" for m in int8)
+    # given candidates, the down choice keeps the rest of the model int8
+    a.base = "int8"
+    assert "down from the candidates in int16" in a.table()
+    int16 = [r.module for r in rows if r.chosen]
+    assert a.module_dtypes == {m: torch.int16 for m in int16} and int16
+    assert a.cli_args == "--precision int8" + "".join(f" --int16-module {m}" for m in int16)
 
 
 @pytest.fixture(scope="module")
@@ -334,17 +340,43 @@ def test_the_advice_is_measured_and_kept_to_its_budget(advice):
     assert all(r.module in table for r in a.rows) and "chosen" in table
     # chosen rows are int16: modules made int16 in an int8 model, or the rest int8 in int16
     int16 = {r.module for r in a.rows if r.chosen}
-    want = "int16" if a.strategy == "up" else "int8"
+    want = "int16" if a.base == "int8" else "int8"
     assert a.as_dict()["module_dtypes"] == {
-        r.module: want for r in a.rows if (r.module in int16) == (a.strategy == "up")
+        r.module: want for r in a.rows if (r.module in int16) == (a.base == "int8")
     }
-    assert a.as_dict()["activation_dtype"] == ("int8" if a.strategy == "up" else "int16")
+    assert a.as_dict()["activation_dtype"] == a.base == ("int8" if a.strategy == "up" else "int16")
     # the command line that rebuilds the choice
-    flag = "--int16-module" if a.strategy == "up" else "--int8-module"
+    flag = "--int16-module" if a.base == "int8" else "--int8-module"
     assert table.endswith(
         f"--precision {a.as_dict()['activation_dtype']}"
         + "".join(f" {flag} {m}" for m in a.module_dtypes)
     )
+
+
+@pytest.mark.slow
+def test_given_candidates_only_they_may_be_int16(whole_int16):
+    """With candidates given the rest of the model stays int8: no whole-int16 choice (even with
+    the budget for it), no down choice from the all-int16 model."""
+    model, calib, spec = _setup()
+    names = ["blocks.0", "blocks.3", "head"]
+    for budget in (10.0, 1 + (whole_int16.int16_cycles / whole_int16.int8_cycles - 1) / 2):
+        a = advise(
+            model,
+            calib[0],
+            spec,
+            calibration=calib,
+            candidates=names,
+            cycle_budget=budget,
+            gain_share=1.0,
+        )
+        assert a.strategy != "int16" and a.activation_dtype == torch.int8, a.table()
+        assert set(a.module_dtypes) <= set(names) and a.base == "int8", a.table()
+        assert all(d == torch.int16 for d in a.module_dtypes.values())
+        q = quantize(model, calib[0], spec, calibration=calib, **a.quantizer_args)
+        from ethosu_ng.precision import batch_outputs, sqnr_db
+
+        got = sqnr_db(batch_outputs(q, calib), batch_outputs(model, calib))
+        assert got == pytest.approx(a.chosen_sqnr_db, abs=1e-6)
 
 
 @pytest.mark.slow
