@@ -295,13 +295,14 @@ def _stale_paths_only() -> Iterator[None]:
     ``PropagateViewCopyPermuteUpPass``/``DownPass`` move each permute or view along a path of
     nodes, then skip, for the rest of that scan, every node downstream of the path (their
     metadata is treated as stale) and retrace the whole graph before the next scan. A move
-    leaves the tensor at the end of its path as it was, so only the path's nodes (and the new
-    nodes beside them) hold stale shapes; here those and their direct readers, the nodes whose
-    checks read those shapes, are skipped. On a partition of a few dozen nodes it makes no
-    difference; on a whole model in one partition the downstream rule lets one move happen per
-    scan, and each scan costs a retrace of the whole graph: levit_128s (2,403 nodes) took 82
-    retraces, 110 of the 148 CPU s upstream's TOSA passes took. The TOSA graph is the same
-    (``tests/test_lowering_speed.py``; ``bench/lowering_stages.py`` for the time)."""
+    leaves the tensor at the end of its path as it was, so only the path's nodes (the moved
+    node, the nodes it crossed, a fork's branches) hold stale shapes; the nodes it creates get
+    theirs set. Here the path's nodes and their direct readers, the nodes whose checks read
+    those shapes, are skipped. On a partition of a few dozen nodes it makes no difference; on a
+    whole model in one partition the downstream rule lets about one move happen per scan, and
+    each scan costs a retrace of the whole graph: levit_128s (2,403 nodes) took 82 retraces,
+    110 of the 148 CPU s its pipeline took in that run. The TOSA graph is the same
+    (``tests/test_lowering_speed.py``, ``bench/stale_rule.py``; docs/sweep.md)."""
     from executorch.backends.transforms.propagate_view_copy_permute_pass import (
         PropagateViewCopyPermutePass,
     )
