@@ -5,8 +5,8 @@
 ``advise`` quantizes the model all-int8 and all-int16 and lowers both, which gives the SQNR
 (against the float model) each precision reaches and, from Vela's per-layer estimate attributed
 to ``nn.Module``s (``module_profile``), the NPU cycles each candidate module costs in either.
-Where the all-int16 program fits ``cycle_budget`` times the all-int8 cycles, that is the choice
-(strategy ``"int16"``). Otherwise it measures each candidate's SQNR gain when it alone is int16
+Where the all-int16 program fits ``cycle_budget`` times the all-int8 cycles (and measures no
+worse than all-int8), that is the choice (strategy ``"int16"``). Otherwise it measures each candidate's SQNR gain when it alone is int16
 (one quantization each, no lowering), and adds candidates in order of gain per extra cycle
 while the estimated cycles stay within budget, re-measuring the SQNR of the set after each
 addition, until the set reaches ``gain_share`` of the all-int16 gain (strategy ``"up"``: an
