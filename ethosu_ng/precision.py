@@ -6,20 +6,20 @@
 (against the float model) each precision reaches and, from Vela's per-layer estimate attributed
 to ``nn.Module``s (``module_profile``), the NPU cycles each candidate module costs in either.
 Where the all-int16 program fits ``cycle_budget`` times the all-int8 cycles (and measures no
-worse than all-int8), that is the choice (strategy ``"int16"``). Otherwise it measures each candidate's SQNR gain when it alone is int16
-(one quantization each, no lowering), and adds candidates in order of gain per extra cycle
-while the estimated cycles stay within budget, re-measuring the SQNR of the set after each
-addition, until the set reaches ``gain_share`` of the all-int16 gain (strategy ``"up"``: an
-int8 model with int16 modules). Where that falls short (a transformer's blocks gain only
-together: each alone in an int8 model gains next to nothing), it chooses from the other end
-too (``choose_down``, strategy ``"down"``: an int16 model with int8 modules): what each
-candidate loses when it alone goes int8 in the all-int16 model, and candidates go int8 by that
-loss until the cycles fit; the better of the two choices is kept. Either choice is shrunk to
-the budget the same way (``_fit_budget``): while the estimate is over, the modules that cover
-the excess at the least SQNR loss, measured in the set they leave, change precision, and a set
-is lowered (verification off: only Vela's estimate is used) when its estimate fits. The table
-it decided from and the choice are returned (and written to the report by the CLI's
-``--precision auto``), so a user can keep the choice as
+worse than all-int8), that is the choice (strategy ``"int16"``). Otherwise it measures each
+candidate's SQNR gain when it alone is int16 (one quantization each, no lowering), and adds
+candidates in order of gain per extra cycle while the estimated cycles stay within budget,
+re-measuring the SQNR of the set after each addition, until the set reaches ``gain_share`` of
+the all-int16 gain (strategy ``"up"``: an int8 model with int16 modules). Where that falls
+short (a transformer's blocks gain only together: each alone in an int8 model gains next to
+nothing), it chooses from the other end too (``choose_down``, strategy ``"down"``: an int16
+model with int8 modules): what each candidate loses when it alone goes int8 in the all-int16
+model, and candidates go int8 by that loss until the cycles fit; the better of the two choices
+is kept. Either choice is shrunk to the budget the same way (``_fit_budget``): while the
+estimate is over, the modules that cover the excess at the least SQNR loss, measured in the set
+they leave, change precision, and a set is lowered (verification off: only Vela's estimate is
+used) when its estimate fits. The table it decided from and the choice are returned (and
+written to the report by the CLI's ``--precision auto``), so a user can keep the choice as
 ``EthosUNGQuantizer(spec, **advice.quantizer_args)``.
 """
 
