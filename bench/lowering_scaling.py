@@ -83,6 +83,13 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, nargs="+", default=[4, 16, 64])
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument(
+        "--partitioners",
+        nargs="+",
+        choices=["upstream", "ours"],
+        default=["upstream", "ours"],
+        help="which partitioners lower each stack (default both)",
+    )
+    ap.add_argument(
         "--downstream-rule",
         action="store_true",
         help="also ours with upstream's stale rule in the permute/view propagation",
@@ -101,7 +108,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "program.pt2")
             torch.export.save(torch.export.export(q, x), path)
-            for who in ("upstream", "ours") + ((DOWNSTREAM,) if args.downstream_rule else ()):
+            for who in tuple(args.partitioners) + ((DOWNSTREAM,) if args.downstream_rule else ()):
                 status, r = compare_upstream.run_isolated(
                     who, path, args.target, [], args.timeout, _child
                 )
