@@ -137,16 +137,14 @@ class PrecisionAdvice:
     @property
     def cli_args(self) -> str:
         """The choice as ``ethosu-ng compile`` arguments."""
-        flag = "--int16-module" if self.activation_dtype == torch.int8 else "--int8-module"
-        dtype = str(self.activation_dtype).split(".")[-1]
-        return " ".join([f"--precision {dtype}"] + [f"{flag} {m}" for m in self.module_dtypes])
+        flag = "--int16-module" if self.base == "int8" else "--int8-module"
+        return " ".join([f"--precision {self.base}"] + [f"{flag} {m}" for m in self.module_dtypes])
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        d["activation_dtype"] = str(self.activation_dtype).split(".")[-1]
-        d["module_dtypes"] = {
-            k: str(v).split(".")[-1] for k, v in sorted(self.module_dtypes.items())
-        }
+        d["activation_dtype"] = self.base
+        other = "int16" if self.base == "int8" else "int8"
+        d["module_dtypes"] = {k: other for k in sorted(self.module_dtypes)}
         d["reached"] = self.reached
         return d
 
@@ -414,8 +412,8 @@ def advise(
     want = batch_outputs(model, tests)
     say = log or logger.info  # the CLI prints this logger's lines
 
-    def measure(module_dtypes=None, activation_dtype=torch.int8) -> Tuple[float, torch.nn.Module]:
-        q = quantize(
+    def quantized(module_dtypes=None, activation_dtype=torch.int8) -> torch.nn.Module:
+        return quantize(
             model,
             example_inputs,
             spec,
@@ -423,6 +421,9 @@ def advise(
             activation_dtype=activation_dtype,
             module_dtypes=module_dtypes,
         )
+
+    def measure(module_dtypes=None, activation_dtype=torch.int8) -> Tuple[float, torch.nn.Module]:
+        q = quantized(module_dtypes, activation_dtype)
         return sqnr_db(batch_outputs(q, tests), want), q
 
     # Vela's estimate is all a lowering here is for: the program built from the choice is the
@@ -472,7 +473,7 @@ def advise(
 
     def lowerer(activation_dtype):
         def lower_set(chosen: Sequence[str]) -> float:
-            q = measure(quantize_set(chosen, activation_dtype), activation_dtype)[1]
+            q = quantized(quantize_set(chosen, activation_dtype), activation_dtype)
             return sum(cycles_of(q).values())
 
         return lower_set
@@ -520,7 +521,7 @@ def advise(
         )
         if down_sqnr > chosen_sqnr and down_cycles <= budget:
             chosen_sqnr, chosen_cycles, strategy = down_sqnr, down_cycles, "down"
-            base = str(down_dtype).split(".")[-1]
+            base = "int16" if whole else "int8"
         else:
             for r, was in zip(rows, up):
                 r.chosen = was

@@ -469,6 +469,46 @@ def test_the_choice_fits_the_budget_in_at_most_two_lowerings(drawn, end, rest):
     assert all(set(b) < set(a) for a, b in zip(lowered, lowered[1:])), lowered
 
 
+@settings(max_examples=300, deadline=None)
+@given(_tables(), st.floats(0.0, 0.3), st.floats(0.0, 0.2))
+def test_from_int16_each_int8_island_costs_its_borders(drawn, rest, island):
+    """From the all-int16 model the borders come from the modules made int8: each costs
+    ``island`` x int8 cycles more, however few the int16 rows (not a factor on their extras,
+    which the estimate assumes). Whatever the set it ends on, its cycles are its lowering's,
+    within budget unless no module is left int16 (``empty()``'s figures, which ``advise``
+    rejects when over), and each lowering is of a strictly smaller set."""
+    rows, int8_cycles, budget_x, _ = drawn
+    extra = {r.module: max(r.extra_cycles, 0.0) for r in rows}
+    base = int8_cycles * (1 + rest)
+    lowered = []
+
+    def lower_set(chosen):
+        lowered.append(sorted(chosen))
+        islands = len(rows) - len(chosen)
+        return base + sum(extra[m] for m in chosen) + island * int8_cycles * islands
+
+    def measure_set(chosen):
+        return 6.0 + len(chosen)
+
+    sqnr, cycles = choose_down(
+        rows,
+        6.0,
+        int8_cycles,
+        budget_x,
+        measure_set,
+        lower_set,
+        base_cycles=base,
+        empty=lambda: (measure_set([]), lower_set([])),
+    )
+    chosen = sorted(r.module for r in rows if r.chosen)
+    assert cycles == lower_set(chosen) and sqnr == measure_set(chosen)
+    lowered.pop()  # the check's own call
+    if chosen:
+        assert cycles <= budget_x * int8_cycles
+    assert all(set(b) < set(a) for a, b in zip(lowered, lowered[1:])), lowered
+    assert len(lowered) <= len(rows) + 1
+
+
 @settings(max_examples=200, deadline=None)
 @given(_additive_tables(), st.floats(0.0, 1.0, exclude_min=True), st.booleans())
 def test_a_cover_covers_and_no_row_with_a_loss_could_leave_it(drawn, share, exact):
