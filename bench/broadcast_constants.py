@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 
 import torch
 
@@ -53,7 +52,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=3600)
     args = ap.parse_args()
 
-    from compare_upstream import load, run_isolated
+    from compare_upstream import load, run_isolated, saved_program
     from rescale_cycles import _ours_tosa_child
 
     from ethosu_ng import EthosUNGCompileSpec
@@ -73,9 +72,7 @@ def main():
         g = torch.Generator().manual_seed(1)
         calib = [tuple(torch.randn(t.shape, generator=g) for t in x) for _ in range(2)]
         q = quantize(model, x, spec, calibration=calib)
-        with tempfile.TemporaryDirectory(prefix="broadcast_constants_") as tmp:
-            path = os.path.join(tmp, "program.pt2")
-            torch.export.save(torch.export.export(q, x), path)
+        with saved_program(q, x) as path:
             status, tosas = run_isolated(
                 "ours", path, args.target, force, args.timeout, _ours_tosa_child
             )

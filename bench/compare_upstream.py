@@ -29,6 +29,7 @@ run of each (a shared or virtual machine only ever adds time).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -236,6 +237,16 @@ def _child(which, program_path, target, force_cpu, queue):
         queue.put(
             ("error", f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
         )
+
+
+@contextlib.contextmanager
+def saved_program(q, example_inputs):
+    """The quantized model exported and saved to a temporary .pt2 (what a spawned lowering
+    child loads); removed on exit."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "program.pt2")
+        torch.export.save(torch.export.export(q, tuple(example_inputs)), path)
+        yield path
 
 
 def run_isolated(which, program_path, target, force_cpu, timeout, child=None):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 
 import torch
 from torch import nn
@@ -105,9 +104,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|")
     for n in args.blocks:
         q = quantize(vit_stack(n), x, EthosUNGCompileSpec(args.target))
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "program.pt2")
-            torch.export.save(torch.export.export(q, x), path)
+        with compare_upstream.saved_program(q, x) as path:
             for who in tuple(args.partitioners) + ((DOWNSTREAM,) if args.downstream_rule else ()):
                 status, r = compare_upstream.run_isolated(
                     who, path, args.target, [], args.timeout, _child

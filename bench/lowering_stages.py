@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -141,8 +140,6 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=3600)
     args = ap.parse_args()
 
-    import torch
-
     from ethosu_ng import EthosUNGCompileSpec
     from ethosu_ng.export import quantize
 
@@ -151,9 +148,7 @@ def main() -> int:
     for spec_str in args.models:
         model, x, scenario_cpu = compare_upstream.load(spec_str)
         q = quantize(model, x, EthosUNGCompileSpec(args.target))
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "program.pt2")
-            torch.export.save(torch.export.export(q, tuple(x)), path)
+        with compare_upstream.saved_program(q, x) as path:
             force = list(args.force_cpu) + scenario_cpu
             results = {
                 w: compare_upstream.run_isolated(w, path, args.target, force, args.timeout, _child)
