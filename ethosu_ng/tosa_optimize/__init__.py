@@ -18,5 +18,9 @@ What Vela 5.1 does with data movement decides what a rewrite may do (measured pe
 - it copies a tensor that several RESHAPEs read (a MemoryCopy layer each): reshapes are merged
   only where the inner one disappears;
 - it runs a high-rank TRANSPOSE in several passes: the same permutation on the fewest dimensions
-  (``CollapseTransposeRank``) is where most of the measured gain on attention comes from.
+  (``CollapseTransposeRank``) is where most of the measured gain on attention comes from;
+- it runs a depthwise convolution with a channel multiplier as one pass per multiple, which on
+  Ethos-U85 it interleaves with Transpose layers: a copy of the input with its channels repeated
+  makes it one multiplier-1 pass (``RepeatChannelsForDepthwise``, where Vela estimates it
+  cheaper: ``rewrites/_probe.py`` asks Vela, as ``StageBroadcastConstant`` does).
 """

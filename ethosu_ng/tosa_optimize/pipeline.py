@@ -31,6 +31,9 @@ from ethosu_ng.tosa_optimize.rewrites.merge_reshapes import MergeReshapes
 from ethosu_ng.tosa_optimize.rewrites.move_rescale_through_data_movement import (
     MoveRescaleThroughDataMovement,
 )
+from ethosu_ng.tosa_optimize.rewrites.repeat_channels_for_depthwise import (
+    RepeatChannelsForDepthwise,
+)
 from ethosu_ng.tosa_optimize.rewrites.sink_transpose_to_cancel import SinkTransposeToCancel
 from ethosu_ng.tosa_optimize.rewrites.slice_before_transpose import SliceBeforeTranspose
 from ethosu_ng.tosa_optimize.rewrites.split_shared_add_result import SplitSharedAddResult
@@ -58,6 +61,7 @@ REWRITES: Tuple[type, ...] = (
     MoveRescaleThroughDataMovement,
     MergeConsecutiveRescales,
     StageBroadcastConstant,
+    RepeatChannelsForDepthwise,
 )
 # The rewrites that take standalone RESCALEs away (bench/rescale_cycles.py turns them off).
 RESCALE_REWRITES: Tuple[type, ...] = (

@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ethosu_ng.tosa_optimize.graph import Graph, Operator, ShapeValue, Tensor, write
+from ethosu_ng.tosa_optimize.graph import Graph, Operator, Tensor
 from ethosu_ng.tosa_optimize.rewrites import TosaRewrite
+from ethosu_ng.tosa_optimize.rewrites._probe import Decisions, copy_op, cycles_by_prefix
 from ethosu_ng.tosa_optimize.rewrites._rescale import (
     OPERAND_SCALING,
     Rescale,
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
 # Ops a constant may pass through and stay a constant to Vela (it folds them).
 _CONSTANT_PATH = frozenset({"RESHAPE"})
 _LITTLE_ENDIAN = {"INT8": "<i1", "INT16": "<i2"}
+PROBE = "stage_broadcast_constant_probe"
 
 
 def _unit(graph: Graph, anchor: Operator, x: str, out_dtype: str, in_zp: int, out_zp: int) -> str:
@@ -121,28 +123,6 @@ class _Candidate:
     reader: Optional[Operator]  # the RESCALE of the result, if it is the only reader
 
 
-def _copy_op(src: Graph, dst: Graph, op: Operator, inputs: List[str], prefix: str) -> str:
-    """``op`` into ``dst`` (names prefixed) reading ``inputs`` then its constant parameters."""
-    params = []
-    for name in op.inputs[len(inputs) :]:
-        new = prefix + name
-        params.append(new)
-        if new in dst.tensors or new in dst.shapes:
-            continue
-        if name in src.shapes:
-            v = src.shapes[name]
-            dst.shapes[new] = ShapeValue(new, v.rank, v.data)
-            dst.ops.append(Operator("CONST_SHAPE", [], [new]))
-        else:
-            t = src.tensors[name]
-            dst.tensors[new] = Tensor(new, list(t.shape), t.dtype, t.data)
-            dst.ops.append(Operator("CONST", [], [new]))
-    y = prefix + op.outputs[0]
-    dst.tensors[y] = Tensor(y, src.shape_of(op.outputs[0]), src.tensors[op.outputs[0]].dtype)
-    dst.ops.append(Operator(op.op, inputs + params, [y], dict(op.attr)))
-    return y
-
-
 def _add_probe(graph: Graph, g: Graph, c: _Candidate, prefix: str) -> str:
     """Candidate ``c``'s operator alone into ``g``: its constant operand a fixed pattern of the
     constant's type and shape, the other operand a graph input, both through their RESCALEs,
@@ -159,34 +139,12 @@ def _add_probe(graph: Graph, g: Graph, c: _Candidate, prefix: str) -> str:
         else:
             g.tensors[name] = Tensor(name, shape, dtype)
             g.inputs.append(name)
-        operands.append(_copy_op(graph, g, r.op, [name], prefix))
-    y = _copy_op(graph, g, c.op, operands, prefix)
+        operands.append(copy_op(graph, g, r.op, [name], prefix))
+    y = copy_op(graph, g, c.op, operands, prefix)
     if c.reader is not None:
-        y = _copy_op(graph, g, c.reader, [y], prefix)
+        y = copy_op(graph, g, c.reader, [y], prefix)
     g.outputs.append(y)
     return operands[c.k]
-
-
-def _cycles_by_probe(probe: Graph, spec: EthosUNGCompileSpec, prefixes: List[str]):
-    """Vela's cycles (memory-bound time included) per probe, by the prefix of the output of
-    the TOSA operator each scheduled layer came from; None if Vela fails."""
-    from ethosu_ng.vela.compiler import VelaError, compile_tosa
-
-    try:
-        layers = compile_tosa(write(probe), spec, "stage_broadcast_constant_probe").layers
-    except VelaError:
-        return None
-    ops = probe.ops  # written in this order: a layer's tosa_index indexes it
-    out = [0] * len(prefixes)
-    for layer in layers:
-        if layer.tosa_index is None or not 0 <= layer.tosa_index < len(ops):
-            return None
-        name = ops[layer.tosa_index].outputs[0]
-        owner = [n for n, p in enumerate(prefixes) if name.startswith(p)]
-        if len(owner) != 1:
-            return None
-        out[owner[0]] += layer.cycles
-    return out
 
 
 def _signature(graph: Graph, c: _Candidate, spec: EthosUNGCompileSpec) -> tuple:
@@ -202,8 +160,7 @@ def _signature(graph: Graph, c: _Candidate, spec: EthosUNGCompileSpec) -> tuple:
 
 
 # signature -> Vela estimates the operator cheaper with its constant staged (per process).
-_DECIDED: Dict[tuple, bool] = {}
-_MAX_DECIDED = 4096
+_DECIDED = Decisions()
 
 
 def decide(graph: Graph, candidates: List[_Candidate], spec: EthosUNGCompileSpec) -> List[bool]:
@@ -219,15 +176,11 @@ def decide(graph: Graph, candidates: List[_Candidate], spec: EthosUNGCompileSpec
         probe = Graph({}, {}, [], [], [], graph.version)
         prefixes = [f"p{n}_" for n in range(len(todo))]
         constants = [_add_probe(graph, probe, c, p) for c, p in zip(todo.values(), prefixes)]
-        before = _cycles_by_probe(probe, spec, prefixes)
+        before = cycles_by_prefix(probe, spec, prefixes, PROBE)
         producers = probe.producers()
         for name in constants:
             stage(probe, read_rescale(probe, producers[name]))
-        after = _cycles_by_probe(probe, spec, prefixes)
-        if len(_DECIDED) + len(todo) > _MAX_DECIDED:
-            _DECIDED.clear()
-        for n, key in enumerate(todo):
-            _DECIDED[key] = before is not None and after is not None and after[n] < before[n]
+        _DECIDED.record(list(todo), before, cycles_by_prefix(probe, spec, prefixes, PROBE))
     return [_DECIDED[key] for key in keys]
 
 
