@@ -133,6 +133,7 @@ TARGETS: Dict[str, Target] = {
             pytest=[
                 "tests/test_seed000_split_boundary_is_integer.py",
                 "tests/test_seed004_integer_program_io.py",
+                "tests/test_delegate_io_qparams.py",
             ],
         ),
         Target(
