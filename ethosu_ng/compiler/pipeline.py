@@ -38,6 +38,7 @@ from ethosu_ng.partitioning.boundary import BoundaryContractError
 from ethosu_ng.partitioning.delegate_io import DelegateIOSpec, declared_io
 from ethosu_ng.passes.rank0_as_rank1 import carry_rank0_as_rank1
 from ethosu_ng.tosa_graph import tosa_io, tosa_ops
+from ethosu_ng.tosa_optimize import copy_report
 from ethosu_ng.tosa_optimize import pipeline as tosa_optimize
 from ethosu_ng.vela import compiler as vela_compiler
 from ethosu_ng.vela.compiler import VelaError, VelaResult
@@ -226,6 +227,7 @@ def _finish(p: _Pending, spec: EthosUNGCompileSpec) -> CompiledPartition:
     if spec.verify_npu:
         vela, io = _verified(p, tosa, vela, io, spec, tosa_ins, tosa_outs, nhwc)
     io.layers = module_profile.attribute(vela.layers, tosa_ops(tosa), op_sources)
+    io.copies = copy_report.remaining_copies(tosa, io.layers)
     blob = DelegateBlob(
         inputs=io.inputs,
         outputs=io.outputs,

@@ -36,6 +36,9 @@ class DelegateIOSpec:
     vela_summary: Dict[str, str] = field(default_factory=dict)
     # Vela's layers attributed to modules (module_profile.attribute), for the per-module profile.
     layers: List[Dict] = field(default_factory=list)
+    # Each copy Vela runs as a layer of its own: pattern and why it remains
+    # (tosa_optimize/copy_report.py); None for a graph it does not analyse.
+    copies: Optional[List[Dict]] = None
     # compiler.verify_npu's verdict on the command stream (None: verification off).
     npu_verification: Optional[object] = None
     # compiler.verify_lowering's verdict on the TOSA graph (None: verification off).

@@ -22,7 +22,9 @@ from ethosu_ng.io_layout import (
 from ethosu_ng.io_quantization import io_quantization
 from ethosu_ng.ops import CALL_DELEGATE, is_compute, op_name
 from ethosu_ng.tensor_spec import TensorSpec
-from ethosu_ng.tosa_optimize import rescale_report
+from ethosu_ng.tosa_optimize import copy_report, rescale_report
+
+COPY_GROUPS_SHOWN = 8  # the text report's remaining-copy groups, largest first
 
 
 def spec_dict(s: TensorSpec) -> Dict[str, Any]:
@@ -105,6 +107,9 @@ def build_report(
                 else rescale_report.standalone_rescales(
                     blob.tosa, getattr(info, "layers", None) or [], spec.target
                 ),
+                # Each copy Vela runs as a layer of its own and why it remains
+                # (tosa_optimize/copy_report.py).
+                "copies": getattr(info, "copies", None),
                 # compiler.verify_npu: NPU model vs TOSA on this stream at compile time.
                 "npu_verification": _verdict(info),
                 # compiler.verify_lowering: TOSA vs the quantized partition, exactly evaluated.
@@ -353,6 +358,21 @@ def format_text(r: Dict[str, Any]) -> str:
             f"data movement {t['data_movement_cycles']:,} NPU cycles "
             f"({100 * t['data_movement_cycles'] / t['npu_cycles']:.1f}% of NPU): {kinds}"
         )
+    copies = [e for d in r["delegates"] for e in d.get("copies") or []]
+    if copies:
+        groups = copy_report.summarize(copies)
+        lines.append(f"copies that remain ({len(copies)} layer(s); why each does):")
+        for g in groups[:COPY_GROUPS_SHOWN]:
+            lines.append(
+                f"  {g['npu_cycles']:,} cycles, {g['layers']} {g['vela_op']} layer(s): "
+                f"{g['reason']}"
+            )
+        if len(groups) > COPY_GROUPS_SHOWN:
+            rest = groups[COPY_GROUPS_SHOWN:]
+            lines.append(
+                f"  {sum(g['npu_cycles'] for g in rest):,} cycles in "
+                f"{sum(g['layers'] for g in rest)} more layer(s) (report.json: copies)"
+            )
     rescales = [e for d in r["delegates"] for e in d.get("standalone_rescales") or []]
     if rescales:
         lines.append("standalone RESCALE layers (pattern; what blocked the fold):")
