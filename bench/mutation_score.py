@@ -125,6 +125,14 @@ TARGETS: Dict[str, Target] = {
                 "tests/test_quantized_islands.py",
                 "tests/test_bool_boundary.py",
             ],
+            # the trial compiles' fallback (a failing Vela, a failing lowering), the CPU reasons
+            recheck=[
+                "tests/test_vela_fallback.py",
+                "tests/test_lowering_failure_falls_back.py",
+                "tests/test_cpu_ops_reason.py",
+                "-m",
+                "not slow",
+            ],
         ),
         Target(
             "delegate_io.py",

@@ -47,16 +47,14 @@ def _neighbours(g: tosa_ir.Graph, op, producers, consumers):
     return src, dst, readers
 
 
-def _transpose_reason(g, op, src, dst) -> str:
+def _transpose_reason(g, op, src) -> str:
     perm = tuple(perm_of(op))
     if op.inputs[0] in g.inputs:
         return "the layout change of an NCHW program input (input_layout nhwc removes it)"
     if op.outputs[0] in g.outputs:
         return "the layout change of an NCHW program output (output_layout nhwc removes it)"
-    if perm == TO_NCHW:
-        return f"an NCHW region after {src}: {dst} stays in the model's layout"
-    if perm == TO_NHWC:
-        return f"an NCHW region before {dst}: {src} stays in the model's layout"
+    if perm in (TO_NCHW, TO_NHWC):
+        return "a layout change between an NHWC operator and an element-wise region left in NCHW"
     return f"permutation {list(perm)}: not folded into {src}'s write"
 
 
@@ -65,9 +63,10 @@ def explain(g: tosa_ir.Graph, index: int, vela_op: str, producers, consumers) ->
     op = g.ops[index]
     src, dst, readers = _neighbours(g, op, producers, consumers)
     shape = g.shape_of(op.outputs[0]) if op.outputs and op.outputs[0] in g.tensors else []
-    pattern = f"{op.op} {shape} from {src} to {dst}"
+    axis = f" axis {op.attr['axis']}" if "axis" in op.attr else ""
+    pattern = f"{op.op}{axis} {shape} from {src} to {dst}"
     if op.op == "TRANSPOSE":
-        reason = _transpose_reason(g, op, src, dst)
+        reason = _transpose_reason(g, op, src)
     elif op.op == "DEPTHWISE_CONV2D":
         w = g.tensors[op.inputs[1]].shape if len(op.inputs) > 1 else []
         multiplier = w[3] if len(w) == 4 else "?"
@@ -76,7 +75,7 @@ def explain(g: tosa_ir.Graph, index: int, vela_op: str, producers, consumers) ->
             "form estimated dearer, or TOSA rewrites off)"
         )
     elif op.op.startswith("REDUCE_"):
-        reason = f"a reduction over axis {op.attr.get('axis')}: Vela moves it innermost"
+        reason = "a reduction over an outer axis: Vela moves the axis innermost first"
     elif op.op == "SLICE":
         takers = sorted({r.op for r in readers if r.op in COPYING_READERS})
         if op.outputs[0] in g.outputs:
