@@ -24,7 +24,7 @@ kind for a delegate or a program.
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 UNMAPPED = "<unmapped>"
@@ -73,6 +73,20 @@ def data_movement(layers: Iterable[Dict]) -> Dict[str, Any]:
         "npu_cycles": sum(by_op.values()),
         "by_op": dict(sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0]))),
     }
+
+
+def grouped(entries: Iterable[Dict], keys: Sequence[str]) -> List[Dict]:
+    """Layer entries grouped by the values of ``keys``: layers and NPU cycles per group, largest
+    first (a TOSA operator Vela splits into several layers counts once per layer)."""
+    cycles: Counter = Counter()
+    count: Counter = Counter()
+    for e in entries:
+        key = tuple(e[k] for k in keys)
+        cycles[key] += e["npu_cycles"]
+        count[key] += 1
+    return [
+        {**dict(zip(keys, k)), "layers": count[k], "npu_cycles": c} for k, c in cycles.most_common()
+    ]
 
 
 def stack_module(stack: Optional[Dict[str, Any]]) -> Optional[Tuple[str, str]]:

@@ -26,10 +26,9 @@ The classification reads the graph, not Vela; it is what the rules predict.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Dict, Iterable, List, Optional
 
-from ethosu_ng.module_profile import RESCALE_KIND
+from ethosu_ng.module_profile import RESCALE_KIND, grouped
 from ethosu_ng.tosa_optimize import graph as tosa_ir
 from ethosu_ng.tosa_optimize.rewrites._layout import perm_of
 from ethosu_ng.tosa_optimize.rewrites.slice_before_transpose import COPYING_READERS
@@ -128,13 +127,4 @@ def remaining_copies(tosa: bytes, layers: Iterable[Dict]) -> Optional[List[Dict]
 
 def summarize(entries: Iterable[Dict]) -> List[Dict]:
     """Entries grouped by (Vela operator, reason): layers and NPU cycles, largest first."""
-    cycles: Counter = Counter()
-    count: Counter = Counter()
-    for e in entries:
-        key = (e["vela_op"], e["reason"])
-        cycles[key] += e["npu_cycles"]
-        count[key] += 1
-    return [
-        {"vela_op": k[0], "reason": k[1], "layers": count[k], "npu_cycles": c}
-        for k, c in cycles.most_common()
-    ]
+    return grouped(entries, ("vela_op", "reason"))

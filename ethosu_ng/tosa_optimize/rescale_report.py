@@ -16,9 +16,9 @@ each side; the classification reads the graph, not Vela, so it is what the rules
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Dict, Iterable, List, Optional
 
+from ethosu_ng.module_profile import grouped
 from ethosu_ng.tosa_optimize import graph as tosa_ir
 from ethosu_ng.tosa_optimize.rewrites._rescale import (
     NARROW,
@@ -139,13 +139,4 @@ def standalone_rescales(tosa: bytes, layers: Iterable, target: str) -> Optional[
 def summarize(entries: Iterable[Dict]) -> List[Dict]:
     """Entries grouped by (pattern, blocker): layers and NPU cycles, largest first. A RESCALE
     Vela splits into several layers (U55: Add and Mul) counts once per layer."""
-    cycles: Counter = Counter()
-    count: Counter = Counter()
-    for e in entries:
-        key = (e["pattern"], e["blocker"])
-        cycles[key] += e["npu_cycles"]
-        count[key] += 1
-    return [
-        {"pattern": k[0], "blocker": k[1], "layers": count[k], "npu_cycles": c}
-        for k, c in cycles.most_common()
-    ]
+    return grouped(entries, ("pattern", "blocker"))

@@ -80,6 +80,14 @@ class Decisions:
     def __getitem__(self, key: tuple) -> bool:
         return self._known[key]
 
+    def undecided(self, keys: List[tuple], candidates: List) -> Dict[tuple, object]:
+        """The first candidate of each signature not decided yet, by signature."""
+        todo: Dict[tuple, object] = {}
+        for key, c in zip(keys, candidates):
+            if key not in self._known and key not in todo:
+                todo[key] = c
+        return todo
+
     def record(self, keys: List[tuple], before: Optional[List[int]], after: Optional[List[int]]):
         """Cheaper where both compiles succeeded and ``after`` is below ``before``."""
         if len(self._known) + len(keys) > self.MAX:

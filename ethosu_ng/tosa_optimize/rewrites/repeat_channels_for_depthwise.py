@@ -160,10 +160,7 @@ def decide(graph: Graph, found: List[_Candidate], spec: EthosUNGCompileSpec) -> 
     """For each candidate, whether Vela estimates it cheaper rewritten; the undecided
     signatures probed together, each convolution alone in one probe graph."""
     keys = [_signature(graph, c, spec) for c in found]
-    todo: Dict[tuple, _Candidate] = {}
-    for key, c in zip(keys, found):
-        if key not in _DECIDED and key not in todo:
-            todo[key] = c
+    todo = _DECIDED.undecided(keys, found)
     if todo:
         probe = Graph({}, {}, [], [], [], graph.version)
         prefixes = [f"p{n}_" for n in range(len(todo))]

@@ -168,10 +168,7 @@ def decide(graph: Graph, candidates: List[_Candidate], spec: EthosUNGCompileSpec
     The undecided signatures are probed together: one graph holding each operator alone,
     compiled once as is and once with every constant staged."""
     keys = [_signature(graph, c, spec) for c in candidates]
-    todo = {}
-    for key, c in zip(keys, candidates):
-        if key not in _DECIDED and key not in todo:
-            todo[key] = c
+    todo = _DECIDED.undecided(keys, candidates)
     if todo:
         probe = Graph({}, {}, [], [], [], graph.version)
         prefixes = [f"p{n}_" for n in range(len(todo))]
