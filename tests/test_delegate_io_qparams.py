@@ -118,3 +118,17 @@ def test_a_float_boundary_tensor_is_refused_naming_it_and_its_type(module, x, wh
     assert msg.startswith(f"{where}; a delegate boundary tensor must be one of"), msg
     for dtype in ("torch.int8", "torch.int16"):
         assert dtype in msg, msg
+
+
+class _TwoInOut(torch.nn.Module):
+    def forward(self, a, b):
+        return a + b, a - b
+
+
+def test_the_declared_io_names_its_inputs_and_outputs_in_order():
+    x = torch.ones(2, 3, dtype=torch.int8)
+    program = torch.export.export(_TwoInOut(), (x, x))
+    io = declared_io(program)
+    assert io.input_names == ["a", "b"]
+    assert io.output_names == ["add", "sub"]
+    assert len(io.inputs) == 2 and len(io.outputs) == 2
