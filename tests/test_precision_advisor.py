@@ -446,16 +446,7 @@ def test_the_choice_fits_the_budget_in_at_most_two_lowerings(drawn, end, rest):
     elif end == "down":
         sqnr, cycles = choose_down(rows, 6.0, int8_cycles, budget_x, measure_set, lower_set)
     else:
-        sqnr, cycles = choose_down(
-            rows,
-            6.0,
-            int8_cycles,
-            budget_x,
-            measure_set,
-            lower_set,
-            base_cycles=base,
-            empty=lambda: (measure_set([]), lower_set([])),
-        )
+        sqnr, cycles = _down_from_int16(rows, int8_cycles, budget_x, base, measure_set, lower_set)
     chosen = sorted(r.module for r in rows if r.chosen)
     if chosen or end != "down from int16":
         assert cycles <= budget_x * int8_cycles
@@ -467,6 +458,14 @@ def test_the_choice_fits_the_budget_in_at_most_two_lowerings(drawn, end, rest):
     assert sqnr == measure_set(chosen)
     assert len(lowered) <= 2, lowered
     assert all(set(b) < set(a) for a, b in zip(lowered, lowered[1:])), lowered
+
+
+def _down_from_int16(rows, int8_cycles, budget_x, base, measure_set, lower_set):
+    """``choose_down`` from the all-int16 model (``base`` cycles), SQNR 6 dB a module."""
+    empty = lambda: (measure_set([]), lower_set([]))  # noqa: E731
+    return choose_down(
+        rows, 6.0, int8_cycles, budget_x, measure_set, lower_set, base_cycles=base, empty=empty
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -490,16 +489,7 @@ def test_from_int16_each_int8_island_costs_its_borders(drawn, rest, island):
     def measure_set(chosen):
         return 6.0 + len(chosen)
 
-    sqnr, cycles = choose_down(
-        rows,
-        6.0,
-        int8_cycles,
-        budget_x,
-        measure_set,
-        lower_set,
-        base_cycles=base,
-        empty=lambda: (measure_set([]), lower_set([])),
-    )
+    sqnr, cycles = _down_from_int16(rows, int8_cycles, budget_x, base, measure_set, lower_set)
     chosen = sorted(r.module for r in rows if r.chosen)
     assert cycles == lower_set(chosen) and sqnr == measure_set(chosen)
     lowered.pop()  # the check's own call

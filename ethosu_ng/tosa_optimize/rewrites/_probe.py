@@ -74,9 +74,6 @@ class Decisions:
     def __init__(self):
         self._known: Dict[tuple, bool] = {}
 
-    def __contains__(self, key: tuple) -> bool:
-        return key in self._known
-
     def __getitem__(self, key: tuple) -> bool:
         return self._known[key]
 
@@ -94,6 +91,3 @@ class Decisions:
             self._known.clear()
         for n, key in enumerate(keys):
             self._known[key] = before is not None and after is not None and after[n] < before[n]
-
-    def clear(self) -> None:
-        self._known.clear()
