@@ -57,7 +57,7 @@ from ethosu_ng.partitioning.culprit_search import CulpritSearch
 from ethosu_ng.partitioning.delegate_io import QPARAMS_META, integer_tensor_qparams
 from ethosu_ng.partitioning.partition_program import RealTensors, carve, fingerprint
 from ethosu_ng.partitioning.target_limits import TargetLimits
-from ethosu_ng.passes import non_core_aten_ops, pass_pipeline
+from ethosu_ng.passes import non_core_aten_ops, pass_pipeline, run_passes
 from ethosu_ng.passes.decompose_in_place import DecomposeInPlacePass, functional_activations
 from ethosu_ng.passes.qdq_nodes import rename_outputs
 from ethosu_ng.vela import process as vela_process
@@ -166,9 +166,7 @@ class EthosUNGPartitioner(Partitioner):
         for n in program.graph_module.graph.nodes:
             if n.op == "call_function" and op_name(n.target) in self.cpu_ops:
                 n.meta.setdefault("custom", {})[CPU_PINNED_META] = op_name(n.target)
-        for make_pass in self.passes:
-            target_aware = getattr(make_pass, "takes_compile_spec", False)
-            program = (make_pass(self.compile_spec) if target_aware else make_pass())(program)
+        program = run_passes(program, self.passes, self.compile_spec)
         functional_activations(program)
         kept, per_node = self.ops_to_not_decompose(program)
         if per_node is None:  # with a per-node filter executorch decomposes everything anyway

@@ -52,7 +52,8 @@ def chains(draw):
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(("transpose", "reshape", "slice")))
         if kind == "transpose":
-            steps.append(("transpose", [0, *draw(st.permutations(range(1, len(shape))))]))
+            # Drawn at build time over the rank the chain has there (a reshape changes it).
+            steps.append(("transpose", draw(st.randoms(use_true_random=False))))
         elif kind == "slice":
             steps.append(("slice", draw(st.integers(0, len(shape) - 1))))
         else:
@@ -66,7 +67,13 @@ def build_chain(shape, steps) -> bytes:
     for kind, arg in steps:
         cur = b.shape(x)
         if kind == "transpose":
-            x = b.transpose(x, arg[: len(cur)] if len(arg) == len(cur) else list(range(len(cur))))
+            inner = list(range(1, len(cur)))
+            if len(inner) < 2:
+                continue  # no permutation of a rank-2 tensor keeps its batch first
+            perm = [0, *arg.sample(inner, len(inner))]
+            if perm == sorted(perm):  # never the identity: every drawn transpose is one
+                perm = [0, *inner[1:], inner[0]]
+            x = b.transpose(x, perm)
         elif kind == "slice":
             start, size = [0] * len(cur), list(cur)
             axis = min(arg, len(cur) - 1)
@@ -93,7 +100,17 @@ def test_every_copy_is_counted_once_with_a_reason(case):
     ]
     assert len(copies) == len(copying)
     assert sum(e["npu_cycles"] for e in copies) == sum(int(x["npu_cycles"]) for x in copying)
-    assert all(e["reason"] and e["pattern"] for e in copies)
+    # Each copy is explained by the rule for its own operator.
+    reason_of = {
+        "TRANSPOSE": ("permutation", "the layout change", "a layout change"),
+        "SLICE": ("a slice ",),
+        "RESHAPE": ("a reshape ",),
+    }
+    for e in copies:
+        assert e["pattern"].startswith(e["tosa_op"]), e
+        assert e["reason"].startswith(reason_of.get(e["tosa_op"], f"{e['tosa_op']} as Vela")), e
+        # The program's input and output are CLAMPed: no copy is the program's own layout.
+        assert "program input" not in e["reason"] and "program output" not in e["reason"], e
     groups = copy_report.summarize(copies)
     assert sum(g["layers"] for g in groups) == len(copies)
     assert [g["npu_cycles"] for g in groups] == sorted(

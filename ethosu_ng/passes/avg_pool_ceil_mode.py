@@ -30,6 +30,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from ethosu_ng.passes.avg_pool_divisor_as_conv import pooled_size
+from ethosu_ng.passes.base import Aspect, ProgramPass
 
 aten = torch.ops.aten
 
@@ -61,8 +62,10 @@ def _sliced_sizes(sizes, kernel, stride, padding) -> Optional[List[int]]:
     return out
 
 
-class AvgPoolCeilModePass:
+class AvgPoolCeilModePass(ProgramPass):
     """See module docstring. ``__call__`` mutates the program in place and returns it."""
+
+    modifies = frozenset({Aspect.POOLS_AND_RESIZES, Aspect.DATA_MOVEMENT})
 
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         gm = program.graph_module

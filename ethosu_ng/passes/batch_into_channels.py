@@ -20,9 +20,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from ethosu_ng.compile_spec import EthosUNGCompileSpec
-from ethosu_ng.passes.avg_pool_ceil_mode import AvgPoolCeilModePass
-from ethosu_ng.passes.nearest_resize_indices import NearestResizeIndicesPass
+from ethosu_ng.passes.base import Aspect, ProgramPass
 
 aten = torch.ops.aten
 
@@ -53,15 +51,12 @@ def _u55_resize(node: Node, shape: List[int], out_shape: List[int]) -> bool:
     return any(out_shape[2:] == [h * k, w * k] for k in (2, 4, 8))
 
 
-class BatchIntoChannelsPass:
+class BatchIntoChannelsPass(ProgramPass):
     """See module docstring. ``__call__`` mutates the program in place and returns it."""
 
-    takes_compile_spec = True
     # Folds the pools and resizes those passes leave (a resize read by index is no resize).
-    runs_after = (AvgPoolCeilModePass, NearestResizeIndicesPass)
-
-    def __init__(self, spec: EthosUNGCompileSpec):
-        self.spec = spec
+    modifies = frozenset({Aspect.DATA_MOVEMENT})
+    requires = frozenset({Aspect.POOLS_AND_RESIZES})
 
     def _taken_at_batch_1(self, node: Node, shape: List[int], out_shape: List[int]) -> bool:
         """Whether upstream's support check takes ``node`` now that it reads batch 1."""

@@ -34,14 +34,8 @@ from ethosu_ng.ops import (
     DEQUANTIZE_PER_TENSOR,
     QUANTIZE_PER_TENSOR,
 )
-from ethosu_ng.passes.avg_pool_ceil_mode import AvgPoolCeilModePass
-from ethosu_ng.passes.batch_into_channels import BatchIntoChannelsPass
-from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
-from ethosu_ng.passes.integer_program_io import IntegerProgramIOPass
-from ethosu_ng.passes.lower_roll import LowerRollPass
+from ethosu_ng.passes.base import Aspect, ProgramPass
 from ethosu_ng.passes.qdq_nodes import QParams, as_dtype, qparams, rename_outputs, retype
-from ethosu_ng.passes.slice_on_merged_axis import SliceOnMergedAxisPass
-from ethosu_ng.passes.unify_concat_qparams import UnifyConcatQParamsPass
 
 
 def _tensor_inputs(node: Node) -> Optional[List[Node]]:
@@ -63,19 +57,12 @@ def _outputs(node: Node) -> Optional[List[Node]]:
     return users
 
 
-class CommuteQDQThroughPassThroughPass:
+class CommuteQDQThroughPassThroughPass(ProgramPass):
     """See module docstring. ``__call__`` mutates the program in place and returns it."""
 
     # Needs the final qparams and the final data-movement ops.
-    runs_after = (
-        AvgPoolCeilModePass,
-        BatchIntoChannelsPass,
-        LowerRollPass,
-        SliceOnMergedAxisPass,
-        IntegerProgramIOPass,
-        FoldQuantizedConstantsPass,
-        UnifyConcatQParamsPass,
-    )
+    modifies = frozenset({Aspect.QDQ_PLACEMENT})
+    requires = frozenset({Aspect.DATA_MOVEMENT, Aspect.QPARAMS, Aspect.CONSTANTS})
 
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         gm = program.graph_module

@@ -26,6 +26,8 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from ethosu_ng.passes.base import Aspect, ProgramPass
+
 aten = torch.ops.aten
 
 # The ops whose CPU kernels (or decompositions) read their first input as contiguous bytes.
@@ -72,7 +74,9 @@ def _clone(graph, x: Node, fmt, meta_from: Node) -> Node:
     return c
 
 
-class ContiguousBeforeViewPass:
+class ContiguousBeforeViewPass(ProgramPass):
+    modifies = frozenset({Aspect.CONTIGUITY, Aspect.DATA_MOVEMENT})
+
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph
         self.rewritten: List[str] = []

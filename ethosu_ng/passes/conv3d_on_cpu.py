@@ -20,7 +20,7 @@ import torch
 from torch.export import ExportedProgram
 
 from ethosu_ng.adapters import exir
-from ethosu_ng.compile_spec import EthosUNGCompileSpec
+from ethosu_ng.passes.base import Aspect, ProgramPass
 from ethosu_ng.passes.decompose_in_place import DecomposeInPlacePass
 
 aten = torch.ops.aten
@@ -63,11 +63,8 @@ def _kept_by_target(node: torch.fx.Node) -> bool:
     return weight.shape[2] == 1 and stride[0] <= 1
 
 
-class Conv3dOnCpuPass:
-    takes_compile_spec = True
-
-    def __init__(self, spec: EthosUNGCompileSpec):
-        self.spec = spec
+class Conv3dOnCpuPass(ProgramPass):
+    modifies = frozenset({Aspect.CPU_CONVOLUTIONS})
 
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         from ethosu_ng.adapters import arm as upstream

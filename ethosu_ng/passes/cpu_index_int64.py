@@ -18,8 +18,8 @@ import torch
 from torch.export import ExportedProgram
 
 from ethosu_ng.adapters import arm as upstream
-from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.ops import CPU_PINNED_META
+from ethosu_ng.passes.base import Aspect, ProgramPass
 
 aten = torch.ops.aten
 
@@ -33,11 +33,8 @@ INT64_INDEX_ARGUMENT = {
 }
 
 
-class CpuIndexInt64Pass:
-    takes_compile_spec = True
-
-    def __init__(self, spec: EthosUNGCompileSpec):
-        self.spec = spec
+class CpuIndexInt64Pass(ProgramPass):
+    modifies = frozenset({Aspect.CPU_INDEX_DTYPE})
 
     def _stays_on_cpu(self, node: torch.fx.Node) -> bool:
         return bool(

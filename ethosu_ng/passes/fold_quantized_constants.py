@@ -22,7 +22,7 @@ from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 from torch.fx import Node
 
 from ethosu_ng.ops import is_quantize
-from ethosu_ng.passes.integer_program_io import IntegerProgramIOPass
+from ethosu_ng.passes.base import Aspect, ProgramPass
 
 
 def _written_in_graph(program: ExportedProgram) -> Set[str]:
@@ -66,9 +66,10 @@ def _deterministic(target) -> bool:
     return torch.Tag.nondeterministic_seeded not in tags
 
 
-class FoldQuantizedConstantsPass:
-    # Folds with the final qparams.
-    runs_after = (IntegerProgramIOPass,)
+class FoldQuantizedConstantsPass(ProgramPass):
+    # Folds with the final IO qparams.
+    modifies = frozenset({Aspect.CONSTANTS})
+    requires = frozenset({Aspect.PROGRAM_IO})
 
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph

@@ -22,8 +22,8 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR
+from ethosu_ng.passes.base import Aspect, ProgramPass
 from ethosu_ng.passes.qdq_nodes import as_dtype, rename_outputs
-from ethosu_ng.passes.signed_interior import SignedInteriorPass
 
 IO_META_KEY = "ethosu_ng_program_io"
 
@@ -52,13 +52,24 @@ def _qdtype(node: Node) -> Optional[torch.dtype]:
     return None
 
 
+def _dtype_of(node: Node) -> Optional[torch.dtype]:
+    val = node.meta.get("val")
+    return val.dtype if isinstance(val, torch.Tensor) else None
+
+
+def _floating(node: Node) -> bool:
+    dtype = _dtype_of(node)
+    return dtype is not None and dtype.is_floating_point
+
+
 class IntegerProgramIOError(ValueError):
     pass
 
 
-class IntegerProgramIOPass:
+class IntegerProgramIOPass(ProgramPass):
     # The IO placeholders are re-typed last among the IO passes, on the final int8 interior.
-    runs_after = (SignedInteriorPass,)
+    modifies = frozenset({Aspect.PROGRAM_IO, Aspect.QPARAMS})
+    requires = frozenset({Aspect.INTERIOR_DTYPE})
 
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         in_dtype, out_dtype = program_io_request(program)
@@ -85,6 +96,28 @@ class IntegerProgramIOPass:
         program.graph_module.recompile()
         rename_outputs(program, names_before, out_node.args[0])
         return program
+
+    def ensures(self, program: ExportedProgram) -> List[str]:
+        """Where integer IO was requested, no program input or output is floating point."""
+        in_dtype, out_dtype = program_io_request(program)
+        graph = program.graph_module.graph
+        broken = []
+        if in_dtype is not None:
+            user_inputs = set(program.graph_signature.user_inputs)
+            inputs = [n for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs]
+            broken += [
+                f"program input {k} ({n.name}) is {_dtype_of(n)}, not {in_dtype}"
+                for k, n in enumerate(inputs)
+                if _floating(n)
+            ]
+        if out_dtype is not None:
+            specs = program.graph_signature.output_specs
+            broken += [
+                f"program output {k} ({a.name}) is {_dtype_of(a)}, not {out_dtype}"
+                for k, (spec, a) in enumerate(zip(specs, graph.output_node().args[0]))
+                if isinstance(a, Node) and spec.kind.name == "USER_OUTPUT" and _floating(a)
+            ]
+        return broken
 
     @staticmethod
     def _integer_input(graph, k: int, x: Node, dtype: torch.dtype) -> None:

@@ -10,44 +10,69 @@ data movement, so after CommuteQDQThroughPassThroughPass they run in int8 on the
 
 from __future__ import annotations
 
+from typing import List, Optional, Tuple
+
 import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from ethosu_ng.passes.base import Aspect, ProgramPass
+
 aten = torch.ops.aten
 
 
-class LowerRollPass:
+def _static_roll(node: Node) -> Optional[Tuple[List[int], List[int]]]:
+    """(shifts, dims) of a roll with static shifts over named dims of static size; None for a
+    flattened or symbolic roll, which the default decomposition lowers."""
+    if node.op != "call_function" or node.target != aten.roll.default:
+        return None
+    shifts = node.args[1] if len(node.args) > 1 else node.kwargs.get("shifts")
+    dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dims", [])
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    val = node.meta.get("val")
+    if (
+        not dims
+        or len(dims) != len(shifts)
+        or not isinstance(val, torch.Tensor)
+        or val.dim() == 0
+        or not all(isinstance(s, int) for s in shifts)
+        or not all(isinstance(val.shape[d % val.dim()], int) for d in dims)
+    ):
+        return None
+    return shifts, dims
+
+
+class LowerRollPass(ProgramPass):
+    modifies = frozenset({Aspect.SLICES_AND_CATS, Aspect.DATA_MOVEMENT})
+
+    def ensures(self, program: ExportedProgram) -> List[str]:
+        """No roll with static shifts over static dims is left."""
+        return [
+            f"{n.name} (aten.roll) has static shifts and dims but is not lowered"
+            for n in program.graph_module.graph.nodes
+            if _static_roll(n) is not None
+        ]
+
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph
         self.lowered = 0
         for node in list(graph.nodes):
-            if node.op != "call_function" or node.target != aten.roll.default:
+            roll = _static_roll(node)
+            if roll is None:
                 continue
+            shifts, dims = roll
             x = node.args[0]
-            shifts = node.args[1] if len(node.args) > 1 else node.kwargs.get("shifts")
-            dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dims", [])
-            shifts = [shifts] if isinstance(shifts, int) else list(shifts)
-            dims = [dims] if isinstance(dims, int) else list(dims or [])
-            val = node.meta.get("val")
-            if (
-                not dims
-                or len(dims) != len(shifts)
-                or not isinstance(val, torch.Tensor)
-                or not all(isinstance(s, int) for s in shifts)
-            ):
-                continue  # flattened or symbolic roll: leave it to the default decomposition
+            val = node.meta["val"]
             cur: Node = x
             shape = list(val.shape)
             with graph.inserting_before(node):
                 for s, d in zip(shifts, dims):
                     d = d % len(shape)
                     n = shape[d]
-                    if not isinstance(n, int):
-                        break
+                    if n == 0 or s % n == 0:
+                        continue  # an empty dim or a whole turn moves nothing
                     s = s % n
-                    if s == 0:
-                        continue
                     tail = graph.call_function(aten.slice.Tensor, (cur, d, n - s, n))
                     head = graph.call_function(aten.slice.Tensor, (cur, d, 0, n - s))
                     cat = graph.call_function(aten.cat.default, ([tail, head], d))
@@ -61,10 +86,9 @@ class LowerRollPass:
                             new.meta["val"] = torch.empty(sub, dtype=val.dtype)
                     cat.meta = dict(node.meta)
                     cur = cat
-                else:
-                    node.replace_all_uses_with(cur)
-                    graph.erase_node(node)
-                    self.lowered += 1
+            node.replace_all_uses_with(cur)
+            graph.erase_node(node)
+            self.lowered += 1
         if self.lowered:
             graph.eliminate_dead_code()
             graph.lint()

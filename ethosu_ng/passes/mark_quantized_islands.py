@@ -15,22 +15,15 @@ from torch.export import ExportedProgram
 
 from ethosu_ng.adapters import arm as upstream
 from ethosu_ng.ops import is_dequantize, is_per_tensor_quantize
-from ethosu_ng.passes.commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
-from ethosu_ng.passes.requantize_non_fuseable_activation import RequantizeNonFuseableActivationPass
-from ethosu_ng.passes.signed_interior import SignedInteriorPass
-from ethosu_ng.passes.unify_concat_qparams import UnifyConcatQParamsPass
+from ethosu_ng.passes.base import Aspect, ProgramPass
 
 
-class MarkQuantizedIslandsPass:
-    # The DQ -> op -> Q islands those passes create are marked; the commute moves quantizes in
-    # front of data-movement ops, which makes new islands (a state buffer's cat read through a
+class MarkQuantizedIslandsPass(ProgramPass):
+    # The DQ -> op -> Q islands the qparam passes create are marked; the commute moves quantizes
+    # in front of data-movement ops, which makes new islands (a state buffer's cat read through a
     # reshape) and removes none.
-    runs_after = (
-        CommuteQDQThroughPassThroughPass,
-        SignedInteriorPass,
-        RequantizeNonFuseableActivationPass,
-        UnifyConcatQParamsPass,
-    )
+    modifies = frozenset({Aspect.QUANTIZED_MARKS})
+    requires = frozenset({Aspect.QDQ_PLACEMENT, Aspect.QPARAMS})
 
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         self.marked = 0

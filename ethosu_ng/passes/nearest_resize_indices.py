@@ -23,6 +23,8 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 from torch.fx import Node
 
+from ethosu_ng.passes.base import Aspect, ProgramPass
+
 aten = torch.ops.aten
 
 # Nearest resizes over the last 1, 2 or 3 axes: their ``.vec`` form (input, output_size,
@@ -102,8 +104,10 @@ def _constant(
     return ph
 
 
-class NearestResizeIndicesPass:
+class NearestResizeIndicesPass(ProgramPass):
     """Rewrites each nearest resize ``source_indices`` finds as index selects."""
+
+    modifies = frozenset({Aspect.POOLS_AND_RESIZES, Aspect.DATA_MOVEMENT})
 
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph

@@ -23,15 +23,14 @@ again with its op in ``cpu_ops``, so this pass writes it in core ATen.
 
 from __future__ import annotations
 
-from typing import Dict, Set
+from typing import Dict, List, Set
 
 import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
 from ethosu_ng.ops import CPU_PINNED_META, is_per_tensor_dequantize, is_quantize, op_name
-from ethosu_ng.passes.commute_qdq_through_passthrough import CommuteQDQThroughPassThroughPass
-from ethosu_ng.passes.mark_quantized_islands import MarkQuantizedIslandsPass
+from ethosu_ng.passes.base import Aspect, ProgramPass
 
 aten = torch.ops.aten
 
@@ -142,7 +141,7 @@ def present(program: ExportedProgram) -> Set[torch._ops.OpOverload]:
     return found
 
 
-class DecomposeNonCoreAtenPass:
+class DecomposeNonCoreAtenPass(ProgramPass):
     """Runs last: whether a node stays whole reads its final Q/DQ neighbours. Writes the
     ``SPELLINGS`` of an op under its own name first.
 
@@ -150,7 +149,8 @@ class DecomposeNonCoreAtenPass:
     decomposition, traced on the node's inputs), so edge generation's verifier accepts it and
     ExecuTorch's CPU kernels run it."""
 
-    runs_after = (CommuteQDQThroughPassThroughPass, MarkQuantizedIslandsPass)
+    modifies = frozenset({Aspect.CORE_ATEN})
+    requires = frozenset({Aspect.QDQ_PLACEMENT, Aspect.QUANTIZED_MARKS})
 
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         from ethosu_ng.adapters import exir
@@ -185,3 +185,15 @@ class DecomposeNonCoreAtenPass:
                 gm.graph.lint()
                 gm.recompile()
         return program
+
+    def ensures(self, program: ExportedProgram) -> List[str]:
+        """Every op outside core ATen left in the program stays whole through edge generation."""
+        return [
+            f"{n.name} ({op_name(n.target)}) is outside core ATen and does not stay whole"
+            for gm in program.graph_module.modules()
+            if isinstance(gm, torch.fx.GraphModule)
+            for n in gm.graph.nodes
+            if n.op == "call_function"
+            and (n.target in SPELLINGS or n.target in CORE_ATEN_FORMS)
+            and not kept_whole(n)
+        ]

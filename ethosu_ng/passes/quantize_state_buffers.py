@@ -28,12 +28,15 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR
+from ethosu_ng.passes.base import Aspect, ProgramPass
 from ethosu_ng.passes.qdq_nodes import as_dtype, qparams, quantize_qparams_downstream
 
 _COPY = (torch.ops.aten.copy_.default,)
 
 
-class QuantizeStateBuffersPass:
+class QuantizeStateBuffersPass(ProgramPass):
+    modifies = frozenset({Aspect.STATE_BUFFERS, Aspect.QPARAMS})
+
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph
         sig = program.graph_signature

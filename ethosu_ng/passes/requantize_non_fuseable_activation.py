@@ -25,8 +25,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR
-from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
-from ethosu_ng.passes.integer_program_io import IntegerProgramIOPass
+from ethosu_ng.passes.base import Aspect, ProgramPass
 from ethosu_ng.passes.qdq_nodes import insert_qdq
 
 aten = torch.ops.aten
@@ -49,12 +48,10 @@ def _activation_quantize(act: Node):
     return q if zp != torch.iinfo(dtype).min else None
 
 
-class RequantizeNonFuseableActivationPass:
+class RequantizeNonFuseableActivationPass(ProgramPass):
     # Reads final output qparams.
-    runs_after = (
-        IntegerProgramIOPass,
-        FoldQuantizedConstantsPass,
-    )
+    modifies = frozenset({Aspect.QPARAMS})
+    requires = frozenset({Aspect.PROGRAM_IO, Aspect.CONSTANTS})
 
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph

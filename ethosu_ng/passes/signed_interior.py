@@ -18,13 +18,15 @@ op in between now sees int8 and can be delegated (or commuted into int8 by the n
 
 from __future__ import annotations
 
+from typing import List
+
 import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
 from ethosu_ng.ops import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR
+from ethosu_ng.passes.base import Aspect, ProgramPass
 from ethosu_ng.passes.qdq_nodes import insert_qdq
-from ethosu_ng.passes.quantize_state_buffers import QuantizeStateBuffersPass
 
 
 def _u8(node: Node) -> bool:
@@ -42,9 +44,10 @@ def _signed(node: Node):
     return (scale, zp - 128, -128, 127, torch.int8)
 
 
-class SignedInteriorPass:
+class SignedInteriorPass(ProgramPass):
     # State buffers are already int8 clusters when the uint8 edges are re-typed.
-    runs_after = (QuantizeStateBuffersPass,)
+    modifies = frozenset({Aspect.INTERIOR_DTYPE, Aspect.QPARAMS})
+    requires = frozenset({Aspect.STATE_BUFFERS})
 
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph
@@ -76,3 +79,27 @@ class SignedInteriorPass:
             graph.lint()
             program.graph_module.recompile()
         return program
+
+    def ensures(self, program: ExportedProgram) -> List[str]:
+        """No op reads a uint8 dequantize or feeds a uint8 quantize: uint8 only at the IO."""
+        broken = []
+        for n in program.graph_module.graph.nodes:
+            if not _u8(n):
+                continue
+            if n.target == DEQUANTIZE_PER_TENSOR:
+                ops = [
+                    u.name
+                    for u in n.users
+                    if u.op == "call_function" and u.target != QUANTIZE_PER_TENSOR
+                ]
+                if ops:
+                    broken.append(f"{', '.join(ops)} read(s) the uint8 dequantize {n.name}")
+            else:
+                src = n.args[0]
+                if (
+                    isinstance(src, Node)
+                    and src.op == "call_function"
+                    and src.target != DEQUANTIZE_PER_TENSOR
+                ):
+                    broken.append(f"{src.name} feeds the uint8 quantize {n.name}")
+        return broken

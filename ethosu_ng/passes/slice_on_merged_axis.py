@@ -38,7 +38,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from ethosu_ng.passes.lower_roll import LowerRollPass
+from ethosu_ng.passes.base import Aspect, ProgramPass
 
 aten = torch.ops.aten
 _SLICE, _SELECT = aten.slice.Tensor, aten.select.int
@@ -74,11 +74,12 @@ def _plan(x: Node, dim) -> Optional[Tuple[List[int], int, int, int]]:
     return lead + [shape[d] * m, shape[-1]], len(lead), m, shape[d]
 
 
-class SliceOnMergedAxisPass:
+class SliceOnMergedAxisPass(ProgramPass):
     """See module docstring. ``__call__`` mutates the program in place and returns it."""
 
     # The slices roll lowers to are rewritten too.
-    runs_after = (LowerRollPass,)
+    modifies = frozenset({Aspect.DATA_MOVEMENT})
+    requires = frozenset({Aspect.SLICES_AND_CATS})
 
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph

@@ -22,10 +22,8 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from ethosu_ng.ops import ATEN_DATA_MOVEMENT_SINGLE_OUTPUT, DEQUANTIZE_PER_TENSOR
-from ethosu_ng.passes.fold_quantized_constants import FoldQuantizedConstantsPass
-from ethosu_ng.passes.lower_roll import LowerRollPass
+from ethosu_ng.passes.base import Aspect, ProgramPass
 from ethosu_ng.passes.qdq_nodes import insert_qdq, qparams, quantize_qparams_downstream
-from ethosu_ng.passes.signed_interior import SignedInteriorPass
 
 aten = torch.ops.aten
 _CONCAT = (aten.cat.default, aten.concat.default, aten.stack.default)
@@ -40,13 +38,10 @@ def _item_qparams(item: Node):
     return qparams(item) if item.target == DEQUANTIZE_PER_TENSOR else None
 
 
-class UnifyConcatQParamsPass:
+class UnifyConcatQParamsPass(ProgramPass):
     # Roll's cats exist, constant cats are folded exactly rather than requantized.
-    runs_after = (
-        LowerRollPass,
-        SignedInteriorPass,
-        FoldQuantizedConstantsPass,
-    )
+    modifies = frozenset({Aspect.QPARAMS})
+    requires = frozenset({Aspect.SLICES_AND_CATS, Aspect.INTERIOR_DTYPE, Aspect.CONSTANTS})
 
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph
