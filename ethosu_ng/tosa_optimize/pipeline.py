@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The TOSA rewrites in their declared order, run to a fixed point, and the stage's entry point.
 
-Each rewrite class may declare ``runs_after`` (as ``ethosu_ng/passes`` do); ``rewrite_pipeline``
-returns the rewrites without the disabled ones and raises ``RewriteOrderError`` if one would run
-before a rewrite it declares it runs after. ``optimize`` reads the flatbuffer, runs the rewrites
-in rounds until none changes the graph, checks the graph's IO contract is unchanged and writes
-it back; a graph no rewrite touched is returned as the same bytes. A rewrite that pays on some
-targets only names their families in ``families``; ``optimize`` given a target skips it on others.
+Each rewrite class may declare ``runs_after`` (read by ``passes.pipeline.check_order``);
+``rewrite_pipeline`` returns the rewrites without the disabled ones and raises
+``RewriteOrderError`` if one would run before a rewrite it declares it runs after. ``optimize``
+reads the flatbuffer, runs the rewrites in rounds until none changes the graph, checks the
+graph's IO contract is unchanged and writes it back; a graph no rewrite touched is returned as
+the same bytes. A rewrite that pays on some targets only names their families in ``families``;
+``optimize`` given a target skips it on others.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from ethosu_ng.tosa_optimize.rewrites.merge_reshapes import MergeReshapes
 from ethosu_ng.tosa_optimize.rewrites.move_rescale_through_data_movement import (
     MoveRescaleThroughDataMovement,
 )
+from ethosu_ng.tosa_optimize.rewrites.relayout_elementwise_region import (
+    RelayoutElementwiseRegion,
+)
 from ethosu_ng.tosa_optimize.rewrites.repeat_channels_for_depthwise import (
     RepeatChannelsForDepthwise,
 )
@@ -51,6 +55,7 @@ REWRITES: Tuple[type, ...] = (
     MergeReshapes,
     FuseTransposeChain,
     SinkTransposeToCancel,
+    RelayoutElementwiseRegion,
     DropIdentityDataMovement,
     SliceBeforeTranspose,
     CollapseTransposeRank,

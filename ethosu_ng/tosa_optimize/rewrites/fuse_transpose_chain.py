@@ -104,8 +104,9 @@ class FuseTransposeChain(TosaRewrite):
         consumers = graph.consumers()
         producers = graph.producers()
         changed = 0
+        alive = {id(o) for o in graph.ops}
         for first in list(graph.ops):
-            if first.op not in _CHAIN_OPS or first not in graph.ops:
+            if first.op not in _CHAIN_OPS or id(first) not in alive:
                 continue
             before = producers.get(first.inputs[0])
             if (
@@ -140,6 +141,7 @@ class FuseTransposeChain(TosaRewrite):
             self._replace(graph, chain, x, y, atoms, perm)
             changed += 1
             consumers, producers = graph.consumers(), graph.producers()
+            alive = {id(o) for o in graph.ops}
         return changed
 
     @staticmethod

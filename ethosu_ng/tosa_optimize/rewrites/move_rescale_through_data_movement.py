@@ -87,10 +87,13 @@ def _pad_value(graph: Graph, pad: Operator) -> Optional[int]:
 class MoveRescaleThroughDataMovement(TosaRewrite):
     def apply(self, graph: Graph) -> int:
         changed = 0
+        alive = {id(o) for o in graph.ops}
         producers, consumers = graph.producers(), graph.consumers()
         for op in list(graph.ops):
+            if id(op) not in alive:
+                continue
             r = read_rescale(graph, op)
-            if r is None or r.per_channel or not any(o is op for o in graph.ops):
+            if r is None or r.per_channel:
                 continue
             dm = producers.get(op.inputs[0])
             if self._toward_writer(graph, producers, consumers, r, dm):
@@ -99,6 +102,7 @@ class MoveRescaleThroughDataMovement(TosaRewrite):
                 continue
             changed += 1
             graph.remove_dead()  # a CONCAT's other RESCALEs
+            alive = {id(o) for o in graph.ops}
             producers, consumers = graph.producers(), graph.consumers()
         return changed
 

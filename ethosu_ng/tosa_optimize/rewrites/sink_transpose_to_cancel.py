@@ -87,14 +87,21 @@ class SinkTransposeToCancel(TosaRewrite):
 
     def apply(self, graph: Graph) -> int:
         changed = 0
+        # The maps are rebuilt after a change only: per candidate they made this quadratic.
+        alive = {id(o) for o in graph.ops}
+        consumers, producers = graph.consumers(), graph.producers()
         for top in list(graph.ops):
-            if top.op == "TRANSPOSE" and any(o is top for o in graph.ops):
-                changed += self._sink_from(graph, top)
+            if (
+                top.op == "TRANSPOSE"
+                and id(top) in alive
+                and self._sink_from(graph, top, consumers, producers)
+            ):
+                changed += 1
+                alive = {id(o) for o in graph.ops}
+                consumers, producers = graph.consumers(), graph.producers()
         return changed
 
-    def _sink_from(self, graph: Graph, top: Operator) -> int:
-        consumers = graph.consumers()
-        producers = graph.producers()
+    def _sink_from(self, graph: Graph, top: Operator, consumers, producers) -> int:
         if top.outputs[0] in graph.outputs:
             return 0
         readers = consumers.get(top.outputs[0], [])

@@ -112,15 +112,19 @@ class SliceBeforeTranspose(TosaRewrite):
 
     def apply(self, graph: Graph) -> int:
         changed = 0
+        # The maps are rebuilt after a change only: per candidate they made this quadratic.
+        alive = {id(o) for o in graph.ops}
+        consumers = graph.consumers()
         for op in list(graph.ops):
-            if op.op != "TRANSPOSE" or op not in graph.ops or graph.is_constant(op.inputs[0]):
+            if op.op != "TRANSPOSE" or id(op) not in alive or graph.is_constant(op.inputs[0]):
                 continue
-            plan = self._plan(graph, op)
+            plan = self._plan(graph, op, consumers)
             if plan is None:
                 continue
             for sl, win in plan:
                 self._replace(graph, op, sl, win)
             changed += 1
+            alive, consumers = {id(o) for o in graph.ops}, graph.consumers()
         return changed
 
     @staticmethod
@@ -130,10 +134,11 @@ class SliceBeforeTranspose(TosaRewrite):
             return None
         return [int(v) for v in start], [int(v) for v in size]
 
-    def _plan(self, graph: Graph, t: Operator) -> Optional[List[Tuple[Operator, Window]]]:
+    def _plan(
+        self, graph: Graph, t: Operator, consumers
+    ) -> Optional[List[Tuple[Operator, Window]]]:
         """(slice, its window on the transpose's output) for every slice reading it; None if
         the rewrite does not apply (see the module docstring)."""
-        consumers = graph.consumers()
         y = t.outputs[0]
         t_shape = graph.shape_of(y)
         if y in graph.outputs or len(t_shape) > MAX_RANK:
