@@ -50,6 +50,33 @@ def regions(draw):
     )
 
 
+def region(hwc, **flags):
+    """A case of ``regions()``: per-channel constant, one block, nothing blocking, unless
+    ``flags`` say otherwise."""
+    case = dict(
+        hwc=hwc,
+        bshape=(1, hwc[2], 1, 1),
+        reshaped=False,
+        second=None,
+        residual=False,
+        extra_exit=False,
+        next_block=False,
+        blocker=None,
+    )
+    case.update(flags)
+    return case
+
+
+def with_and_without(tosa: bytes, target: str):
+    """The pipeline's program given the spec, with and without the rewrite, and Vela's total
+    cycles of each."""
+    spec = EthosUNGCompileSpec(target)
+    ours = optimize(tosa, target=target, spec=spec)
+    kept = optimize(tosa, target=target, spec=spec, disabled=[RelayoutElementwiseRegion])
+    cycles = [float(compile_tosa(g.tosa, spec, "p").summary["cycles_total"]) for g in (ours, kept)]
+    return ours, cycles
+
+
 def build(case) -> bytes:
     """x (NHWC) -> CLAMP -> T to NCHW -> RESCALE -> ADD(constant) [-> MUL(T(CLAMP(z)))]
     [-> ADD(residual)] -> RESCALE int8 -> T to NHWC -> CLAMP -> output."""
@@ -59,7 +86,7 @@ def build(case) -> bytes:
     t = b.transpose(b.clamp(b.input([1, h, w, c]), -90, 90), TO_NCHW)
     r = b.rescale(t, "INT32", in_zp=3)
     values = rng.integers(-999, 999, case["bshape"])
-    if case.get("reshaped"):
+    if case["reshaped"]:
         constant = b.reshape(b.const(values.reshape(-1), "INT32"), list(case["bshape"]))
     else:
         constant = b.const(values, "INT32")
@@ -103,15 +130,8 @@ def test_a_region_runs_in_the_layout_around_it_bit_exactly(case):
 def test_a_repmixer_region_with_fan_out_is_taken_whole():
     """The shape SinkTransposeToCancel cannot take (the entering tensor has three readers):
     this rewrite is what removes its transposes."""
-    case = dict(
-        hwc=(4, 4, 8),
-        bshape=(1, 8, 1, 1),
-        reshaped=True,
-        second="nhwc",
-        residual=True,
-        extra_exit=True,
-        next_block=True,
-        blocker=None,
+    case = region(
+        (4, 4, 8), reshaped=True, second="nhwc", residual=True, extra_exit=True, next_block=True
     )
     tosa = build(case)
     result = optimised(tosa)
@@ -127,13 +147,10 @@ def test_a_relaid_region_never_costs_vela_more(case, target):
     """Given the compile spec, a region is relaid out only where Vela estimates the region with
     its neighbours cheaper (the probe): the whole program never costs more."""
     tosa = build(case)
-    spec = EthosUNGCompileSpec(target)
-    ours = optimize(tosa, target=target, spec=spec)
-    kept = optimize(tosa, target=target, spec=spec, disabled=[RelayoutElementwiseRegion])
+    ours, cycles = with_and_without(tosa, target)
     if not ours.applied.get("RelayoutElementwiseRegion"):
         return  # the same program as without it
     check_bit_exact(tosa, ours.tosa, trials=1, seed=3)
-    cycles = [float(compile_tosa(g.tosa, spec, "p").summary["cycles_total"]) for g in (ours, kept)]
     assert cycles[0] <= cycles[1], (case, cycles)
 
 
@@ -141,17 +158,7 @@ def test_a_region_vela_runs_dearer_channels_last_is_left_given_a_spec():
     """Two channels under a row of five: channels-last costs Vela more on U85 (measured 455
     against 366 cycles), so with the spec the probe keeps the region as it is; without one it is
     relaid out wherever a transpose goes."""
-    case = dict(
-        hwc=(1, 5, 2),
-        bshape=(1, 2, 1, 1),
-        reshaped=False,
-        second=None,
-        residual=True,
-        extra_exit=False,
-        next_block=False,
-        blocker=None,
-    )
-    tosa = build(case)
+    tosa = build(region((1, 5, 2), residual=True))
     spec = EthosUNGCompileSpec("ethos-u85-256")
     assert optimize(tosa).applied.get("RelayoutElementwiseRegion")
     assert not optimize(tosa, target=spec.target, spec=spec).applied.get(
@@ -161,19 +168,8 @@ def test_a_region_vela_runs_dearer_channels_last_is_left_given_a_spec():
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_the_repmixer_region_costs_fewer_cycles(target):
-    case = dict(
-        hwc=(16, 16, 48),
-        bshape=(1, 48, 1, 1),
-        second="nhwc",
-        residual=True,
-        extra_exit=False,
-        next_block=True,
-        blocker=None,
-    )
-    tosa = build(case)
-    spec = EthosUNGCompileSpec(target)
-    ours = optimize(tosa, target=target, spec=spec)
-    kept = optimize(tosa, target=target, spec=spec, disabled=[RelayoutElementwiseRegion])
+    """FastViT's first stage in miniature: fewer cycles on every target, per Vela."""
+    tosa = build(region((16, 16, 48), second="nhwc", residual=True, next_block=True))
+    ours, cycles = with_and_without(tosa, target)
     assert ours.applied.get("RelayoutElementwiseRegion")
-    cycles = [float(compile_tosa(g.tosa, spec, "p").summary["cycles_total"]) for g in (ours, kept)]
     assert cycles[0] < cycles[1], cycles
