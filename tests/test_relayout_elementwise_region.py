@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """RelayoutElementwiseRegion: an element-wise region between layout transposes runs in their
-layout, over drawn regions (fan-out of the entering tensor, residual adds, broadcast constants of
-every shape, a second entering transpose, extra exits, a reader that is not a transpose, a graph
-output inside): bit-exact on the reference model, no transpose added, every one gone where the
-region qualifies, and never more Vela NPU cycles than without it on U55, U65 and U85."""
+layout, over drawn regions (fan-out of the entering tensor, residual adds, reductions over every
+axis, broadcast constants of every shape, a second entering transpose, extra exits, a reader
+that is not a transpose, a graph output inside): bit-exact on the reference model, no transpose
+added, every one gone where the region qualifies, and never more Vela cycles than without it on
+U55, U65 and U85."""
 
 import numpy as np
 import pytest
@@ -43,6 +44,7 @@ def regions(draw):
         # or from NWHC (another permutation, which disqualifies the region)
         second=draw(st.sampled_from((None, "nhwc", "nhwc", "nwhc"))),
         residual=draw(st.booleans()),  # the entering tensor is also read by the last ADD
+        norm=draw(st.booleans()),  # minus its sum over C, H and W (a group norm's mean)
         extra_exit=draw(st.booleans()),  # an inner tensor also leaves through a transpose
         next_block=draw(st.booleans()),  # the entering NCHW tensor read by a transpose back
         # disqualifies the region
@@ -59,6 +61,7 @@ def region(hwc, **flags):
         reshaped=False,
         second=None,
         residual=False,
+        norm=False,
         extra_exit=False,
         next_block=False,
         blocker=None,
@@ -79,7 +82,8 @@ def with_and_without(tosa: bytes, target: str):
 
 def build(case) -> bytes:
     """x (NHWC) -> CLAMP -> T to NCHW -> RESCALE -> ADD(constant) [-> MUL(T(CLAMP(z)))]
-    [-> ADD(residual)] -> RESCALE int8 -> T to NHWC -> CLAMP -> output."""
+    [-> SUB(sum over C, H, W)] [-> ADD(residual)] -> RESCALE int8 -> T to NHWC -> CLAMP ->
+    output."""
     h, w, c = case["hwc"]
     rng = np.random.default_rng(0)
     b = Builder()
@@ -97,6 +101,13 @@ def build(case) -> bytes:
     elif case["second"] == "nwhc":
         z = b.transpose(b.clamp(b.input([1, w, h, c]), -50, 50), (0, 3, 2, 1))
         y = b.binary("MUL", y, b.rescale(z, "INT32"))
+    if case["norm"]:
+        total = r
+        for axis in (1, 2, 3):
+            shape = b.shape(total)
+            shape[axis] = 1
+            total = b.op("REDUCE_SUM", [total], shape, "INT32", axis=axis)
+        y = b.binary("SUB", y, total)
     if case["residual"]:
         y = b.binary("ADD", y, r)
     out = b.rescale(y, "INT8", shift=38, out_zp=-5)

@@ -7,7 +7,8 @@ run on NCHW tensors. ``SinkTransposeToCancel`` moves a transpose down a chain of
 a region with fan-out (a residual read by the add and by the next block's convolutions, the two
 branches of a RepMixer) stops it, and each of its transposes stays.
 
-Here the region is taken whole: the element-wise operators (``_layout.elementwise_inputs``)
+Here the region is taken whole: the element-wise operators (``_layout.elementwise_inputs``) and
+reductions (a group norm's mean and variance; the reduced axis is permuted with the layout)
 connected to a TRANSPOSE ``t = transpose(x, p)`` through their data inputs and outputs, both
 ways. It runs in ``x``'s layout instead when every data input that enters it from outside is
 
@@ -17,8 +18,9 @@ ways. It runs in ``x``'s layout instead when every data input that enters it fro
 
 and every reader of its tensors outside it is a TRANSPOSE (``transpose(y, q)`` becomes
 ``transpose(y', compose(p, q))``, gone when that is the identity), and no tensor of it is a
-graph output. Nothing is added. Every operator computes each element from the elements at the
-same index, so the result is the same values in the other order: bit-exact.
+graph output. Nothing is added. Every element-wise operator computes each element from the
+elements at the same index, a reduction the same sums over the same elements, so the result is
+the same values in the other order: bit-exact.
 
 Whether it pays is Vela's to say: channels-last makes per-channel parameters broadcast along the
 innermost dimension (FastViT at 64x64 on U85: 1.71 M -> 1.05 M NPU cycles), but a region with a
@@ -99,9 +101,29 @@ class RelayoutElementwiseRegion(TosaRewrite):
         return changed
 
 
+# Reductions keep their rank (the reduced axis becomes 1): in the other layout they reduce the
+# permuted axis.
+REDUCTIONS = (
+    "REDUCE_SUM",
+    "REDUCE_MAX",
+    "REDUCE_MIN",
+    "REDUCE_PRODUCT",
+    "REDUCE_ALL",
+    "REDUCE_ANY",
+)
+
+
+def _data_inputs(op: Operator) -> Optional[Tuple[int, ...]]:
+    """The inputs of a region operator that carry data in the region's layout; None for an
+    operator a region cannot hold."""
+    if op.op in REDUCTIONS and "axis" in op.attr:
+        return (0,)
+    return elementwise_inputs(op)
+
+
 def _joinable(op: Operator, rank: int, graph: Graph) -> bool:
     return (
-        elementwise_inputs(op) is not None
+        _data_inputs(op) is not None
         and len(op.outputs) == 1
         and len(graph.shape_of(op.outputs[0])) == rank
     )
@@ -123,7 +145,7 @@ def _region(graph, consumers, producers, top) -> Optional[_Region]:
             return None
         members[id(op)] = op
         todo += [r for r in consumers.get(op.outputs[0], []) if _joinable(r, rank, graph)]
-        for j in elementwise_inputs(op):
+        for j in _data_inputs(op):
             src = producers.get(op.inputs[j])
             if src is not None and _joinable(src, rank, graph):
                 todo.append(src)
@@ -132,7 +154,7 @@ def _region(graph, consumers, producers, top) -> Optional[_Region]:
         return None
     entering: Dict[int, Operator] = {}  # transposes the region reads from outside
     for op in ops:
-        for j in elementwise_inputs(op):
+        for j in _data_inputs(op):
             t = op.inputs[j]
             src = producers.get(t)
             if src is not None and id(src) in members:
@@ -188,7 +210,7 @@ def _constant_value(graph: Graph, producers, name: str) -> Optional[np.ndarray]:
 
 
 def _reads_only_as_data(op: Operator, name: str) -> bool:
-    data = elementwise_inputs(op) or ()
+    data = _data_inputs(op) or ()
     return all(j in data for j, t in enumerate(op.inputs) if t == name)
 
 
@@ -197,7 +219,7 @@ def _relayout(graph: Graph, consumers, producers, region: _Region) -> None:
     inside = {id(o) for o in region.ops}
     for op in region.ops:
         inputs = list(op.inputs)
-        for j in elementwise_inputs(op):
+        for j in _data_inputs(op):
             t = op.inputs[j]
             src = producers.get(t)
             if (src is not None and id(src) in inside) or all(d == 1 for d in graph.shape_of(t)):
@@ -208,6 +230,8 @@ def _relayout(graph: Graph, consumers, producers, region: _Region) -> None:
                 arr = np.transpose(_constant_value(graph, producers, t), inv)
                 inputs[j] = graph.add_const(op, t, arr, graph.tensors[t].dtype)
         op.inputs = inputs
+        if op.op in REDUCTIONS:
+            op.attr = {**op.attr, "axis": perm[int(op.attr["axis"])]}
         out = graph.tensors[op.outputs[0]]
         out.shape = permuted(out.shape, inv)
     dropped: List[Operator] = []
@@ -299,7 +323,7 @@ def _probe_graph(graph: Graph, region: _Region) -> Tuple[Graph, Optional[Operato
     top = None
     for op in region.ops:
         data = []
-        for j in elementwise_inputs(op):
+        for j in _data_inputs(op):
             t = op.inputs[j]
             src = producers.get(t)
             entering = src is not None and src.op == "TRANSPOSE" and id(src) not in inside
