@@ -105,7 +105,7 @@ TARGETS: Dict[str, Target] = {
         Target(
             "integer_program_io.py",
             "ethosu_ng/passes/integer_program_io.py",
-            pytest=["tests/test_seed004_integer_program_io.py"],
+            pytest=["tests/test_seed004_integer_program_io.py", "tests/test_pass_contracts.py"],
         ),
         Target(
             "boundary.py",

@@ -67,6 +67,17 @@ class FloatInputAgain(ProgramPass):
         return program
 
 
+class FloatOutputAgain(ProgramPass):
+    """Planted: the program's output is float again."""
+
+    modifies = frozenset({Aspect.PROGRAM_IO})
+
+    def __call__(self, program):
+        (out,) = program.graph_module.graph.output_node().args[0]
+        out.meta["val"] = out.meta["val"].float()
+        return program
+
+
 def test_the_pipeline_keeps_every_guarantee_at_uint8_io():
     program = run_passes(_uint8_io_program(), pass_pipeline(), SPEC)
     assert any(_dtype(n) == torch.uint8 for n in program.graph_module.graph.nodes)
@@ -85,6 +96,14 @@ def test_a_float_input_breaks_integer_program_io():
         match=r"IntegerProgramIOPass.*program input 0 \(\w+\) is torch.float32, not torch.uint8",
     ):
         run_passes(_uint8_io_program(), list(pass_pipeline()) + [FloatInputAgain], SPEC)
+
+
+def test_a_float_output_breaks_integer_program_io():
+    with pytest.raises(
+        PassContractError,
+        match=r"IntegerProgramIOPass.*program output 0 \(\w+\) is torch.float32, not torch.int8",
+    ):
+        run_passes(_uint8_io_program(), list(pass_pipeline()) + [FloatOutputAgain], SPEC)
 
 
 class Rolls(nn.Module):
