@@ -106,6 +106,39 @@ def test_a_float_output_breaks_integer_program_io():
         run_passes(_uint8_io_program(), list(pass_pipeline()) + [FloatOutputAgain], SPEC)
 
 
+class _Gather(nn.Module):
+    def forward(self, x, index):
+        return torch.gather(x, 1, index)
+
+
+class Int32IndexAgain(ProgramPass):
+    """Planted: the CPU's gather reads the int32 index again, past its int64 cast."""
+
+    modifies = frozenset({Aspect.CPU_INDEX_DTYPE})
+
+    def __call__(self, program):
+        for n in program.graph_module.graph.nodes:
+            if n.target == torch.ops.aten._to_copy.default and n.kwargs.get("dtype") == torch.int64:
+                n.replace_all_uses_with(n.args[0])
+        program.graph_module.graph.eliminate_dead_code()
+        return program
+
+
+def test_an_int32_index_on_the_cpu_breaks_cpu_index_int64():
+    """Ethos-U55 never takes a gather: ExecuTorch's portable kernel runs it and takes an int64
+    index only."""
+    g = torch.Generator().manual_seed(2)
+    x, index = torch.randn(4, 5, generator=g), torch.randint(0, 5, (3, 4), generator=g)
+    program = torch.export.export(quantize(_Gather(), (x, index), SPEC, [(x, index)]), (x, index))
+    run_passes(program, pass_pipeline(), SPEC)  # the guarantee holds
+    program = torch.export.export(quantize(_Gather(), (x, index), SPEC, [(x, index)]), (x, index))
+    with pytest.raises(
+        PassContractError,
+        match=r"CpuIndexInt64Pass.*gather.*runs on the CPU but reads int32 index \w+",
+    ):
+        run_passes(program, list(pass_pipeline()) + [Int32IndexAgain], SPEC)
+
+
 class Rolls(nn.Module):
     def __init__(self, shifts, dims):
         super().__init__()

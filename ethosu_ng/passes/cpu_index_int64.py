@@ -14,6 +14,8 @@ predicted delegated and then moved to the CPU, e.g. by the verified compile, is 
 
 from __future__ import annotations
 
+from typing import List, Optional
+
 import torch
 from torch.export import ExportedProgram
 
@@ -43,19 +45,41 @@ class CpuIndexInt64Pass(ProgramPass):
             or upstream.rejects_arguments(self.spec, node)
         )
 
+    def _int32_index_on_cpu(self, node: torch.fx.Node) -> Optional[int]:
+        """The position of ``node``'s index argument if it is an int32 index of an op the CPU
+        will run; None otherwise."""
+        k = INT64_INDEX_ARGUMENT.get(node.target) if node.op == "call_function" else None
+        if k is None or len(node.args) <= k:
+            return None
+        index = node.args[k]
+        val = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or val.dtype != torch.int32:
+            return None
+        return k if self._stays_on_cpu(node) else None
+
+    def ensures(self, program: ExportedProgram) -> List[str]:
+        """No index op the CPU runs reads an int32 index."""
+        if self.spec is None:
+            return []
+        broken = []
+        for n in program.graph_module.graph.nodes:
+            k = self._int32_index_on_cpu(n)
+            if k is not None:
+                index = n.args[k].name
+                broken.append(
+                    f"{n.name} ({n.target}) runs on the CPU but reads int32 index {index}"
+                )
+        return broken
+
     def __call__(self, program: ExportedProgram) -> ExportedProgram:
         graph = program.graph_module.graph
         self.cast = []
         for node in list(graph.nodes):
-            k = INT64_INDEX_ARGUMENT.get(node.target) if node.op == "call_function" else None
-            if k is None or len(node.args) <= k:
+            k = self._int32_index_on_cpu(node)
+            if k is None:
                 continue
             index = node.args[k]
-            val = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
-            if not isinstance(val, torch.Tensor) or val.dtype != torch.int32:
-                continue
-            if not self._stays_on_cpu(node):
-                continue
+            val = index.meta["val"]
             with graph.inserting_before(node):
                 cast = graph.call_function(aten._to_copy.default, (index,), {"dtype": torch.int64})
             cast.meta = {k_: v for k_, v in node.meta.items() if k_ not in ("val", "tensor_meta")}
