@@ -184,3 +184,20 @@ def test_the_repmixer_region_costs_fewer_cycles(target):
     ours, cycles = with_and_without(tosa, target)
     assert ours.applied.get("RelayoutElementwiseRegion")
     assert cycles[0] < cycles[1], cycles
+
+
+def test_a_probe_that_fails_leaves_the_region_as_it_is(monkeypatch):
+    """A probe graph that cannot be built or compiled is no export error: the region keeps its
+    layout."""
+    from ethosu_ng.tosa_optimize.rewrites import _probe
+    from ethosu_ng.tosa_optimize.rewrites import relayout_elementwise_region as rewrite
+
+    def fails(graph, region):
+        raise ValueError("planted")
+
+    monkeypatch.setattr(rewrite, "_probe_graph", fails)
+    monkeypatch.setattr(rewrite, "_DECIDED", _probe.Decisions())
+    tosa = build(region((16, 16, 48), second="nhwc", residual=True, next_block=True))
+    spec = EthosUNGCompileSpec("ethos-u85-256")
+    result = optimize(tosa, target=spec.target, spec=spec)
+    assert not result.applied.get("RelayoutElementwiseRegion")

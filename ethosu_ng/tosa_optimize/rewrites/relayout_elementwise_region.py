@@ -33,6 +33,7 @@ is applied wherever it removes a transpose.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
@@ -53,6 +54,8 @@ from ethosu_ng.tosa_optimize.rewrites.sink_transpose_to_cancel import SinkTransp
 
 if TYPE_CHECKING:
     from ethosu_ng.compile_spec import EthosUNGCompileSpec
+
+logger = logging.getLogger(__name__)
 
 # Operators in one region at most (a MetaFormer block's element-wise ops are a few dozen).
 MAX_REGION = 1024
@@ -271,14 +274,17 @@ def decide(graph: Graph, regions: List[_Region], spec: EthosUNGCompileSpec) -> L
     probed in its own graph (a region is tens to hundreds of operators)."""
     keys = [_signature(graph, r, spec) for r in regions]
     for key, region in _DECIDED.undecided(keys, regions).items():
-        probe, top = _probe_graph(graph, region)
-        before = cycles_by_prefix(probe, spec, [""], PROBE)
-        consumers, producers = probe.consumers(), probe.producers()
-        relaid = _region(probe, consumers, producers, top) if top is not None else None
-        after = None
-        if relaid is not None:
-            _relayout(probe, consumers, producers, relaid)
-            after = cycles_by_prefix(probe, spec, [""], PROBE)
+        before = after = None
+        try:
+            probe, top = _probe_graph(graph, region)
+            before = cycles_by_prefix(probe, spec, [""], PROBE)
+            consumers, producers = probe.consumers(), probe.producers()
+            relaid = _region(probe, consumers, producers, top) if top is not None else None
+            if relaid is not None:
+                _relayout(probe, consumers, producers, relaid)
+                after = cycles_by_prefix(probe, spec, [""], PROBE)
+        except Exception as e:  # a probe that cannot be built or written: leave the region
+            logger.debug("region probe failed (%s: %s); the region keeps its layout", type(e), e)
         _DECIDED.record([key], before, after)
     return [_DECIDED[key] for key in keys]
 
