@@ -27,7 +27,7 @@ innermost dimension (FastViT at 64x64 on U85: 1.71 M -> 1.05 M NPU cycles), but 
 few channels under a wide row runs dearer channels-last. So, given the compile spec, each region
 is copied into a probe graph (``_probe``) with the operators that write its entering transposes
 and read its leaving ones, compiled as it is and relaid out, and relaid out in the graph only
-where Vela estimates it cheaper; decisions are cached per region signature. Without a spec it
+where Vela estimates it cheaper; decisions are cached per region and spec. Without a spec it
 is applied wherever it removes a transpose.
 """
 
