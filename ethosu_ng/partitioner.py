@@ -7,7 +7,8 @@ Stages (each a separate module):
    then DecomposeInPlacePass decomposes the few nodes executorch would otherwise retrace the whole
    program for (the only point where a partitioner may edit the graph).
 2. support: upstream's TOSA / Ethos-U operator checks (through ``upstream``) minus ``cpu_ops``.
-3. proposal: torch.fx's CapabilityBasedPartitioner (convex partitions, no cycles).
+3. proposal: ``partitioning.proposal`` (convex partitions, no cycles; linear where the supported
+   nodes are convex as a whole).
 4. boundary: BoundaryContract.shrink removes nodes until no float tensor crosses; the rest are
    re-proposed until a fixpoint, so every partition stays convex *and* integer at its edges.
 5. verify: BoundaryContract.verify_tags raises BoundaryContractError naming the node otherwise.
@@ -26,7 +27,6 @@ from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, Par
 from executorch.exir.backend.utils import tag_constant_data
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
-from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase, chain
 
 from ethosu_ng.adapters import arm as upstream
@@ -56,6 +56,7 @@ from ethosu_ng.partitioning.control_flow import (
 from ethosu_ng.partitioning.culprit_search import CulpritSearch
 from ethosu_ng.partitioning.delegate_io import QPARAMS_META, integer_tensor_qparams
 from ethosu_ng.partitioning.partition_program import RealTensors, carve, fingerprint
+from ethosu_ng.partitioning.proposal import propose_partitions
 from ethosu_ng.partitioning.target_limits import TargetLimits
 from ethosu_ng.passes import non_core_aten_ops, pass_pipeline, run_passes
 from ethosu_ng.passes.decompose_in_place import DecomposeInPlacePass, functional_activations
@@ -240,10 +241,7 @@ class EthosUNGPartitioner(Partitioner):
         if allowed is not None:
             support = chain(support, _Allowed(allowed))
         while True:
-            proposals = CapabilityBasedPartitioner(
-                program.graph_module, support, allows_single_node_partition=True
-            ).propose_partitions()
-            parts = [set(p.nodes) for p in proposals]
+            parts = propose_partitions(program.graph_module, support)
             newly = {}
             for part in parts:
                 # A cond / while_loop graph goes only where its operator goes.
