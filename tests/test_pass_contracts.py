@@ -188,3 +188,60 @@ def test_a_roll_after_lower_roll_is_named():
     program = torch.export.export(Rolls([2], [1]), (torch.randn(2, 5),))
     with pytest.raises(PassContractError, match=r"LowerRollPass.*roll\w* \(aten.roll\)"):
         run_passes(program, [LowerRollPass, RollAgain])
+
+
+class _RunningPeak(nn.Module):
+    """Keeps the largest output value seen in a state buffer, updated in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.register_buffer("peak", torch.zeros(1))
+
+    def forward(self, x):
+        y = self.conv(x)
+        self.peak.copy_(torch.maximum(self.peak, y.amax().reshape(1)))
+        return y
+
+
+@pytest.mark.parametrize("out_dtype", [torch.int8, torch.uint8])
+def test_a_float_state_update_is_not_a_user_output_of_integer_io(out_dtype):
+    """A program functionalized before lowering (``run_decompositions``) returns the buffer's new
+    value as a BUFFER_MUTATION output ahead of the user's. That state is float and stays on the
+    CPU; integer program IO types the user's outputs only, and its guarantee holds."""
+    x = (torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(0)),)
+    q = quantize(_RunningPeak(), x, SPEC, [x], input_dtype=torch.int8, output_dtype=out_dtype)
+    program = torch.export.export(q, x).run_decompositions({})
+    program = run_passes(program, pass_pipeline(), SPEC)
+    outs = program.graph_module.graph.output_node().args[0]
+    kinds = [s.kind.name for s in program.graph_signature.output_specs]
+    assert kinds == ["BUFFER_MUTATION", "USER_OUTPUT"]
+    assert [a.meta["val"].dtype for a in outs] == [torch.float32, out_dtype]
+
+
+class _TakesAnInt(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x, n: int):
+        return self.conv(x) + n
+
+
+def test_an_int_program_input_is_left_as_it_is_by_integer_io():
+    """An int argument exported as a symbol (``Dim.DYNAMIC``) is a user input that is not a
+    tensor: integer program IO types the tensor inputs and leaves it an int. (The quantized
+    module adds the example's ``n``, which ``quantize`` exports as a constant.)"""
+    x = (torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(0)), 3)
+    q = quantize(_TakesAnInt(), x, SPEC, [x], input_dtype=torch.int8, output_dtype=torch.int8)
+    dynamic = {"x": None, "n": torch.export.Dim.DYNAMIC}
+    program = torch.export.export(q, x, dynamic_shapes=dynamic)
+    program = run_passes(program, pass_pipeline(), SPEC)
+    user_inputs = program.graph_signature.user_inputs
+    vals = {
+        n.name: n.meta["val"]
+        for n in program.graph_module.graph.nodes
+        if n.op == "placeholder" and n.name in user_inputs
+    }
+    assert list(vals) == ["x", "n"]
+    assert vals["x"].dtype == torch.int8 and isinstance(vals["n"], torch.SymInt)

@@ -10,6 +10,7 @@ from models import TinyClassifier
 from ethosu_ng import DelegateBlob, EthosUNGCompileSpec, EthosUNGQuantizer, io_quantization
 from ethosu_ng.export import lower, quantize
 from ethosu_ng.numerics.tosa_reference import check_delegates, run_program_on_tosa
+from ethosu_ng.ops import CALL_DELEGATE
 from ethosu_ng.partitioning.boundary import float_boundary_tensors
 from ethosu_ng.tosa_graph import tosa_io, tosa_ops
 
@@ -144,3 +145,31 @@ def test_an_unused_input_is_named_not_an_index_error():
     q = quantize(Unused().eval(), x, spec, input_dtype=torch.int8)
     with pytest.raises(ValueError, match=r"program input 1 \(unused\) is not read by the model"):
         lower(q, x, spec)
+
+
+class _TwoInTwoOut(torch.nn.Module):
+    """One partition with two inputs and two outputs, one of which it reads again."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 4, 3)
+        self.b = torch.nn.Conv2d(4, 4, 1)
+
+    def forward(self, x, y):
+        h = torch.relu(self.a(x))
+        return h, self.b(h) + y
+
+
+def test_the_partition_report_lists_every_delegate_input_and_output():
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(1, 3, 8, 8, generator=g), torch.rand(1, 4, 6, 6, generator=g))
+    spec = EthosUNGCompileSpec("ethos-u55-128")
+    q = quantize(
+        _TwoInTwoOut(), x, spec, calibration=[x], input_dtype=torch.int8, output_dtype=torch.int8
+    )
+    edge, part = lower(q, x, spec)
+    graph = edge.exported_program().graph_module.graph
+    (delegate,) = [n for n in graph.nodes if n.target is CALL_DELEGATE]
+    (io,) = part.report.io.values()
+    assert [n.name for n in io.inputs] == [a.name for a in delegate.args[1:]] == ["x", "y"]
+    assert len(io.outputs) == len(delegate.users) == 2
