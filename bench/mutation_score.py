@@ -114,6 +114,7 @@ TARGETS: Dict[str, Target] = {
                 "tests/test_seed000_split_boundary_is_integer.py",
                 "tests/test_seed004_integer_program_io.py",
                 "tests/test_float_boundary_tensors.py",
+                "tests/test_partition_io.py",
             ],
         ),
         Target(
