@@ -61,10 +61,14 @@ class Stack(nn.Module):
         return self.blocks(x)
 
 
-def _lower(model, shape, target, checks=None):
-    """Lower ``model``; with ``checks``, each partition also with upstream's stale rule, and
-    whether the two TOSA graphs are the same byte for byte appended to ``checks``."""
-    spec = EthosUNGCompileSpec(target, verify_npu=False, verify_lowering=False)
+def _lower(model, shape, target, checks=None, switch="_stale_paths_only", cpu_fallback=True):
+    """Lower ``model``; with ``checks``, each partition also without the context ``switch``
+    names in ``adapters.arm`` (upstream's stale rule, torch's signature lookups), and whether
+    the two TOSA graphs are the same byte for byte appended to ``checks``. Without
+    ``cpu_fallback`` a partition whose lowering fails raises instead of moving ops to the CPU."""
+    spec = EthosUNGCompileSpec(
+        target, verify_npu=False, verify_lowering=False, cpu_fallback=cpu_fallback
+    )
     example = (torch.randn(*shape),)
     q = quantize(model.eval(), example, spec, calibration=calibration_batches(example, n=1))
     if checks is None:
@@ -75,12 +79,13 @@ def _lower(model, shape, target, checks=None):
     def both(program, spec, op_sources=None):
         twin = copy.deepcopy(program)
         paths = real(program, spec, op_sources)
-        whole, upstream._stale_paths_only = upstream._stale_paths_only, contextlib.nullcontext
+        whole = getattr(upstream, switch)
+        setattr(upstream, switch, contextlib.nullcontext)
         try:
             with upstream.lowering_context(spec, twin):
                 downstream = real(twin, spec)
         finally:
-            upstream._stale_paths_only = whole
+            setattr(upstream, switch, whole)
         checks.append(paths == downstream)
         return paths
 
@@ -102,6 +107,32 @@ def test_the_tosa_graph_is_the_one_the_downstream_rule_gives(kinds, c, hw, targe
     torch.manual_seed(0)
     checks = []
     _lower(Stack(kinds, c), (1, c, *hw), target, checks)
+    assert checks and all(checks), (kinds, checks)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=5),
+    c=st.sampled_from([4, 8, 16]),
+    target=st.sampled_from(["ethos-u55-128", "ethos-u85-256"]),
+)
+def test_the_tosa_graph_is_the_one_torchs_signature_lookups_give(kinds, c, target):
+    """Equal constants in every block (the scales, and the convolutions' weights made equal):
+    upstream's passes fuse them into new placeholders and delete the old ones, then look the
+    new ones up, so the signature changes between lookups."""
+    torch.manual_seed(0)
+    model = Stack(kinds, c)
+    for block in model.blocks:
+        block.conv.load_state_dict(model.blocks[0].conv.state_dict())
+    checks = []
+    _lower(
+        model,
+        (1, c, 6, 10),
+        target,
+        checks,
+        switch="memoized_signature_lookups",
+        cpu_fallback=False,
+    )
     assert checks and all(checks), (kinds, checks)
 
 

@@ -28,6 +28,7 @@ from torch.export import ExportedProgram
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ethosu_ng.adapters.lazy_recompile import deferred_recompile
+from ethosu_ng.adapters.signature_lookups import memoized_signature_lookups
 from ethosu_ng.compile_spec import EthosUNGCompileSpec
 from ethosu_ng.ops import AVG_POOL_OPS, PAD_OPS, op_name
 
@@ -339,6 +340,7 @@ def lower_to_tosa(
             _round_trips_kept(),
             _a16w8_convolutions_narrowed(),
             _stale_paths_only(),
+            memoized_signature_lookups(),
         ):
             return bytes(TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes)
     import executorch.backends.arm.tosa.backend as tosa_backend
@@ -360,6 +362,7 @@ def lower_to_tosa(
             _round_trips_kept(),
             _a16w8_convolutions_narrowed(),
             _stale_paths_only(),
+            memoized_signature_lookups(),
         ):
             tosa = bytes(TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes)
     finally:
