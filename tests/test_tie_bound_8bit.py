@@ -281,3 +281,35 @@ def test_swin_attention_logits_verify_on_ethos_u85():
     v = mod.meta["_delegate_info_meta"].lowering_verification
     # tie_bound is set only where an element lay beyond the flipped run
     assert v.status == "verified" and v.max_lsb == 2 and v.tie_bound >= 2, v
+
+
+_RESIZES = {
+    "nearest": (exir_ops.edge.aten.upsample_nearest2d.vec, {}),
+    "nearest_exact": (exir_ops.edge.aten._upsample_nearest_exact2d.vec, {}),
+    "bilinear": (exir_ops.edge.aten.upsample_bilinear2d.vec, {"align_corners": False}),
+    "bilinear_corners": (exir_ops.edge.aten.upsample_bilinear2d.vec, {"align_corners": True}),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(sorted(_RESIZES)),
+    seed=st.integers(0, 2**31 - 1),
+    m=st.sampled_from([0.0, 0.01, 0.5, 3.0]),
+    hw=st.tuples(st.integers(1, 5), st.integers(1, 5)),
+    size=st.tuples(st.integers(1, 11), st.integers(1, 11)),
+)
+def test_a_resize_moves_no_more_than_its_bound(kind, seed, m, hw, size):
+    """Inputs each moved by at most their delta (drawn per element, both signs): every output
+    of a nearest or bilinear resize to any size stays within the bound."""
+    target, flags = _RESIZES[kind]
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(rng.normal(0, 3, (1, 2, *hw)))
+    d = torch.from_numpy(rng.uniform(0, m, (1, 2, *hw)))
+    args = [list(size), *flags.values(), None]
+    result = target(x, *args)
+    got = _step(target, ["x", *args], [x, *args], [d], result)
+    assert got.shape == result.shape
+    for _ in range(20):
+        moved = x + d * torch.from_numpy(rng.choice([-1.0, 1.0], x.shape))
+        assert bool(((target(moved, *args) - result).abs() <= got + 1e-9).all())

@@ -76,6 +76,11 @@ _REARRANGE = {
     "aten.index_select.default",
     "aten.pixel_shuffle.default",
     "aten.pixel_unshuffle.default",
+    # nearest-neighbour resizing copies each output element from one input element
+    "aten.upsample_nearest2d.vec",
+    "aten.upsample_nearest2d.default",
+    "aten._upsample_nearest_exact2d.vec",
+    "aten._upsample_nearest_exact2d.default",
 }
 # 1-Lipschitz in each element, and elementwise or a max over a window: the same op on the
 # deltas bounds them (for relu-like ops the delta itself does).
@@ -97,6 +102,9 @@ _LINEAR_IN_INPUT = {  # linear in the (only) activation: the same op on |delta|
     "aten.avg_pool2d.default",
     "aten.adaptive_avg_pool2d.default",
     "aten.neg.default",
+    # bilinear resizing: each output a convex combination of input elements
+    "aten.upsample_bilinear2d.vec",
+    "aten.upsample_bilinear2d.default",
 }
 
 
