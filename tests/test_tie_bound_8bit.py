@@ -313,3 +313,39 @@ def test_a_resize_moves_no_more_than_its_bound(kind, seed, m, hw, size):
     for _ in range(20):
         moved = x + d * torch.from_numpy(rng.choice([-1.0, 1.0], x.shape))
         assert bool(((target(moved, *args) - result).abs() <= got + 1e-9).all())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    scale=st.sampled_from([0.0025, 0.03, 0.25]),
+    zp=st.sampled_from([-128, -100, -7, 0, 5, 127]),
+    m=st.sampled_from([0.0, 0.3, 1.0, 5.0]),
+    per_channel=st.booleans(),
+)
+def test_a_quantize_moves_no_more_than_its_bound_whatever_its_zero_point(
+    seed, scale, zp, m, per_channel
+):
+    """Values each moved by at most their delta (in steps, both signs) are quantized half up
+    and saturated to int8 at the zero point drawn (an asymmetric range saturates its values
+    at ``127 - zp`` steps): no code moves by more than the bound."""
+    rng = np.random.default_rng(seed)
+    codes = torch.from_numpy(rng.uniform(-140, 140, (2, 3, 5)))  # codes, some saturating
+    x = (codes - zp) * scale
+    d = torch.from_numpy(rng.uniform(0, m, x.shape)) * scale
+    if per_channel:
+        target = exir_ops.edge.quantized_decomposed.quantize_per_channel.default
+        scales = torch.full((3,), scale, dtype=torch.float64)
+        zps = torch.full((3,), zp, dtype=torch.int64)
+        args = [scales, zps, 1, -128, 127, torch.int8]
+    else:
+        target = exir_ops.edge.quantized_decomposed.quantize_per_tensor.default
+        args = [scale, zp, -128, 127, torch.int8]
+
+    def q(v):
+        return torch.clamp(torch.floor(v / scale + 0.5) + zp, -128, 127)
+
+    got = _step(target, ["x", *args], [x, *args], [d], q(x))
+    for _ in range(20):
+        moved = x + d * torch.from_numpy(rng.uniform(-1.0, 1.0, x.shape))
+        assert bool(((q(moved) - q(x)).abs() <= got).all())

@@ -119,10 +119,13 @@ def _scalar(v) -> float:
 def ties_within(v: torch.Tensor, dv: torch.Tensor, near_tie: float, qmin, qmax) -> torch.Tensor:
     """How many grid steps the half-up rounding of a value in ``[v - dv, v + dv]`` (widened by
     ``near_tie``), saturated to ``[qmin, qmax]``, can differ from that of ``v``: the ties (x.5)
-    within reach."""
+    within reach. ``v`` and the bounds on one grid: a quantize's codes less its zero point and
+    ``qmin``/``qmax`` less it too (numbers, or tensors that broadcast per channel)."""
+    lo = qmin.to(torch.float64) if isinstance(qmin, torch.Tensor) else float(qmin)
+    hi = qmax.to(torch.float64) if isinstance(qmax, torch.Tensor) else float(qmax)
 
     def q(x):
-        return torch.floor(x + 0.5).clamp(float(qmin), float(qmax))
+        return torch.clamp(torch.floor(x + 0.5), lo, hi)
 
     mid = q(v)
     return torch.maximum(q(v + dv + near_tie) - mid, mid - q(v - dv - near_tie))
@@ -308,15 +311,18 @@ class TieBound:
             raise Unbounded(f"no rounding-sensitivity rule for {name}")
 
     def _quantize(self, name, args, x, dx) -> torch.Tensor:
-        """Integer steps (the zero point cancels in a difference)."""
+        """Integer steps. The zero point cancels in a difference but not in the saturation: a
+        code saturates at ``qmax``, so ``x / scale`` at ``qmax - zp`` (an asymmetric int8 range,
+        zero point -128, saturates ``x / scale`` at 255, not 127)."""
         if name in QUANTIZE_PER_TENSOR_OPS:
-            scale, qmin, qmax = _scalar(args[1]), args[3], args[4]
-            return ties_within(x / scale, dx / scale, self.near_tie, qmin, qmax)
-        scales, _zps, axis, qmin, qmax = args[1:6]
+            scale, zp, qmin, qmax = _scalar(args[1]), _scalar(args[2]), args[3], args[4]
+            return ties_within(x / scale, dx / scale, self.near_tie, qmin - zp, qmax - zp)
+        scales, zps, axis, qmin, qmax = args[1:6]
         shape = [1] * x.dim()
         shape[axis] = -1
         s = scales.to(torch.float64).view(shape)
-        return ties_within(x / s, dx / s, self.near_tie, qmin, qmax)
+        z = zps.to(torch.float64).view(shape)
+        return ties_within(x / s, dx / s, self.near_tie, qmin - z, qmax - z)
 
     @staticmethod
     def _dequantize(name, args, dq, q) -> torch.Tensor:
