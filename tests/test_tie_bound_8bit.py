@@ -315,35 +315,43 @@ def test_a_resize_moves_no_more_than_its_bound(kind, seed, m, hw, size):
         assert bool(((target(moved, *args) - result).abs() <= got + 1e-9).all())
 
 
+_RANGES = {"int8": (-128, 127, torch.int8), "uint8": (0, 255, torch.uint8)}
+_RANGES["int16"] = (-32768, 32767, torch.int16)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     seed=st.integers(0, 2**31 - 1),
     scale=st.sampled_from([0.0025, 0.03, 0.25]),
-    zp=st.sampled_from([-128, -100, -7, 0, 5, 127]),
+    dtype=st.sampled_from(sorted(_RANGES)),
     m=st.sampled_from([0.0, 0.3, 1.0, 5.0]),
     per_channel=st.booleans(),
 )
 def test_a_quantize_moves_no_more_than_its_bound_whatever_its_zero_point(
-    seed, scale, zp, m, per_channel
+    seed, scale, dtype, m, per_channel
 ):
     """Values each moved by at most their delta (in steps, both signs) are quantized half up
-    and saturated to int8 at the zero point drawn (an asymmetric range saturates its values
-    at ``127 - zp`` steps): no code moves by more than the bound."""
+    and saturated to the drawn type's range at drawn zero points (one per channel for a
+    per-channel quantize; an asymmetric range saturates its values at ``qmax - zp`` steps):
+    no code moves by more than the bound."""
+    qmin, qmax, tdtype = _RANGES[dtype]
     rng = np.random.default_rng(seed)
-    codes = torch.from_numpy(rng.uniform(-140, 140, (2, 3, 5)))  # codes, some saturating
-    x = (codes - zp) * scale
+    zps = torch.from_numpy(rng.integers(qmin, qmax + 1, 3)).to(torch.float64)
+    zp = zps if per_channel else zps[:1]
+    codes = torch.from_numpy(rng.uniform(qmin - 12, qmax + 12, (2, 3, 5)))  # some saturating
+    z = zp.view(1, -1, 1)
+    x = (codes - z) * scale
     d = torch.from_numpy(rng.uniform(0, m, x.shape)) * scale
     if per_channel:
         target = exir_ops.edge.quantized_decomposed.quantize_per_channel.default
         scales = torch.full((3,), scale, dtype=torch.float64)
-        zps = torch.full((3,), zp, dtype=torch.int64)
-        args = [scales, zps, 1, -128, 127, torch.int8]
+        args = [scales, zps.to(torch.int64), 1, qmin, qmax, tdtype]
     else:
         target = exir_ops.edge.quantized_decomposed.quantize_per_tensor.default
-        args = [scale, zp, -128, 127, torch.int8]
+        args = [scale, int(zp[0]), qmin, qmax, tdtype]
 
     def q(v):
-        return torch.clamp(torch.floor(v / scale + 0.5) + zp, -128, 127)
+        return torch.clamp(torch.floor(v / scale + 0.5) + z, qmin, qmax)
 
     got = _step(target, ["x", *args], [x, *args], [d], q(x))
     for _ in range(20):
