@@ -8,22 +8,20 @@ is generated when it is called or its ``code`` read, and on exit for every modul
 so no module leaves the context stale. Same idea as torch's own ``_LazyGraphModule``, which only
 applies to modules built through torch's private factory.
 
-The patch is process-wide (it replaces two ``GraphModule`` attributes), so it is reference
-counted under a lock: nested and concurrent contexts share one patch, and the last one out
-restores torch's methods and flushes every module still marked.
+The patch is process-wide (it replaces two ``GraphModule`` attributes), so nested and
+concurrent contexts share one (``shared_patch``): the last one out restores torch's methods and
+flushes every module still marked.
 """
 
 from __future__ import annotations
 
-import threading
 import weakref
-from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, ContextManager
 
 from torch.fx import GraphModule
 
-_lock = threading.RLock()
-_depth = 0
+from ethosu_ng.adapters.shared_patch import SharedPatch
+
 _dirty: weakref.WeakSet[GraphModule] = weakref.WeakSet()
 _real_recompile = GraphModule.recompile
 _real_code = GraphModule.code
@@ -53,28 +51,29 @@ def _code(self) -> str:
     return _real_code.fget(self)
 
 
-@contextmanager
-def deferred_recompile() -> Iterator[None]:
-    global _depth
-    with _lock:
-        if _depth == 0:
-            GraphModule.recompile, GraphModule.code = _mark, property(_code)
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            last = _depth == 0
-            if last:
-                GraphModule.recompile, GraphModule.code = _real_recompile, _real_code
-                pending = list(_dirty)
-        if last:
-            for gm in pending:
-                _flush(gm)
+def _install() -> None:
+    GraphModule.recompile, GraphModule.code = _mark, property(_code)
+
+
+def _remove() -> Callable[[], None]:
+    GraphModule.recompile, GraphModule.code = _real_recompile, _real_code
+    pending = list(_dirty)
+
+    def flush_pending() -> None:
+        for gm in pending:
+            _flush(gm)
+
+    return flush_pending
+
+
+_patch = SharedPatch(_install, _remove)
+_lock = _patch.lock
+
+
+def deferred_recompile() -> ContextManager[None]:
+    return _patch()
 
 
 def is_active() -> bool:
     """Whether a deferred_recompile context is open (for tests)."""
-    with _lock:
-        return _depth > 0
+    return _patch.active()

@@ -14,25 +14,23 @@ their arguments. The answer is reused while the signature asked holds the same s
 same order (a list comparison, an identity check per element in C) and no spec or argument was
 written since; anything else (an insertion, a removal, a replaced spec, a renamed argument)
 builds it again with torch's own property.
-Patched process-wide and reference counted under a lock, as ``lazy_recompile``; on exit
-torch's properties and ``__setattr__`` are back and the kept answers dropped.
+Patched process-wide and shared by nested and concurrent contexts (``shared_patch``); when the
+last one exits torch's properties and ``__setattr__`` are back and the kept answers dropped.
 """
 
 from __future__ import annotations
 
-import threading
 import typing
-from contextlib import contextmanager
-from typing import Dict, Iterator
+from typing import ContextManager, Dict
 
 from torch.export import graph_signature as gs
+
+from ethosu_ng.adapters.shared_patch import SharedPatch
 
 LOOKUPS = ("inputs_to_parameters", "inputs_to_buffers", "inputs_to_lifted_tensor_constants")
 # The classes whose attributes an answer is built from: a spec and every kind of argument.
 WATCHED = (gs.InputSpec, *typing.get_args(gs.ArgumentSpec))
 
-_lock = threading.RLock()
-_depth = 0
 _real = {name: gs.ExportGraphSignature.__dict__[name] for name in LOOKUPS}
 _writes = 0
 # lookup -> (the input specs it answered, as they were; writes then; answer). The answer is a
@@ -63,26 +61,27 @@ def _memoized(name: str) -> property:
     return property(lookup, doc=_real[name].__doc__)
 
 
-@contextmanager
-def memoized_signature_lookups() -> Iterator[None]:
-    global _depth
-    with _lock:
-        if _depth == 0:
-            for cls in WATCHED:
-                if "__setattr__" in cls.__dict__:  # a class of its own making: not ours to wrap
-                    raise TypeError(f"{cls.__name__} defines __setattr__")
-                cls.__setattr__ = _counted_setattr
-            for name in LOOKUPS:
-                setattr(gs.ExportGraphSignature, name, _memoized(name))
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                for name in LOOKUPS:
-                    setattr(gs.ExportGraphSignature, name, _real[name])
-                for cls in WATCHED:
-                    del cls.__setattr__
-                _last.clear()
+def _install() -> None:
+    for cls in WATCHED:
+        if "__setattr__" in cls.__dict__:  # a class of its own making: not ours to wrap
+            raise TypeError(f"{cls.__name__} defines __setattr__")
+    for cls in WATCHED:
+        cls.__setattr__ = _counted_setattr
+    for name in LOOKUPS:
+        setattr(gs.ExportGraphSignature, name, _memoized(name))
+
+
+def _remove() -> None:
+    for name in LOOKUPS:
+        setattr(gs.ExportGraphSignature, name, _real[name])
+    for cls in WATCHED:
+        del cls.__setattr__
+    _last.clear()
+
+
+_patch = SharedPatch(_install, _remove)
+_lock = _patch.lock
+
+
+def memoized_signature_lookups() -> ContextManager[None]:
+    return _patch()
