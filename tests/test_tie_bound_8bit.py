@@ -8,6 +8,7 @@ attention logits verify (``-m slow``)."""
 
 from __future__ import annotations
 
+import operator
 from concurrent.futures import Future
 
 import numpy as np
@@ -357,3 +358,110 @@ def test_a_quantize_moves_no_more_than_its_bound_whatever_its_zero_point(
     for _ in range(20):
         moved = x + d * torch.from_numpy(rng.uniform(-1.0, 1.0, x.shape))
         assert bool(((q(moved) - q(x)).abs() <= got).all())
+
+
+_SPLITS = {
+    "split_with_sizes": exir_ops.edge.aten.split_with_sizes_copy.default,
+    "split": exir_ops.edge.aten.split_copy.Tensor,
+    "unbind": exir_ops.edge.aten.unbind_copy.int,
+}
+_QRANGES = {torch.int8: (-128, 127), torch.uint8: (0, 255), torch.int16: (-32768, 32767)}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    kind=st.sampled_from(sorted(_SPLITS)),
+    seed=st.integers(0, 2**31 - 1),
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    data=st.data(),
+    dtype=st.sampled_from(sorted(_QRANGES, key=str)),
+    scale=st.sampled_from([0.0025, 0.03, 0.25]),
+    m=st.sampled_from([0.0, 0.3, 1.0, 5.0]),
+)
+def test_the_parts_of_a_split_move_no_more_than_their_bound(
+    kind, seed, shape, data, dtype, scale, m
+):
+    """Values each moved by at most their delta (both signs), quantized half up at a drawn zero
+    point and split along a drawn dim (by sizes, by one size, or unbound): every element of
+    every part (``getitem``) moves no more than its bound (mobilevitv2's attention splits its
+    quantized qkv projection in three)."""
+    qmin, qmax = _QRANGES[dtype]
+    zp = data.draw(st.integers(qmin, qmax), label="zp")
+    dim = data.draw(st.integers(0, len(shape) - 1), label="dim")
+    n = shape[dim]
+    if kind == "split_with_sizes":
+        cuts = (
+            sorted(data.draw(st.sets(st.integers(1, n - 1), max_size=3), label="cuts"))
+            if n > 1
+            else []
+        )
+        split_args = [[b - a for a, b in zip([0, *cuts], [*cuts, n])], dim]
+    elif kind == "split":
+        split_args = [data.draw(st.integers(1, n), label="size"), dim]
+    else:
+        split_args = [dim]
+    rng = np.random.default_rng(seed)
+    codes = torch.from_numpy(rng.uniform(qmin - 10, qmax + 10, shape))  # some saturating
+    x = (codes - zp) * scale
+    d = torch.from_numpy(rng.uniform(0, m, shape)) * scale
+    quantize = exir_ops.edge.quantized_decomposed.quantize_per_tensor.default
+    qargs = [scale, zp, qmin, qmax, dtype]
+
+    def q(v):
+        return torch.clamp(torch.floor(v / scale + 0.5) + zp, qmin, qmax)
+
+    g = torch.fx.Graph()
+    xn = g.placeholder("x")
+    qn = g.call_function(quantize, (xn, *qargs))
+    sn = g.call_function(_SPLITS[kind], (qn, *split_args))
+    parts = _SPLITS[kind](q(x), *split_args)
+    items = [g.call_function(operator.getitem, (sn, k)) for k in range(len(parts))]
+    bound = TieBound(1e-3)
+    bound.delta[xn] = d
+    bound.step(qn, [x, *qargs], q(x))
+    bound.step(sn, [q(x), *split_args], parts)
+    for k, node in enumerate(items):
+        bound.step(node, [parts, k], parts[k])
+    for _ in range(20):
+        moved = x + d * torch.from_numpy(rng.uniform(-1.0, 1.0, shape))
+        for k, part in enumerate(_SPLITS[kind](q(moved), *split_args)):
+            assert bool(((part - parts[k]).abs() <= bound.delta[items[k]]).all()), (kind, k)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    m=st.sampled_from([0.0, 0.01, 0.5, 3.0]),
+    hw=st.tuples(st.integers(2, 6), st.integers(2, 6)),
+    kernel=st.integers(1, 2),
+    stride=st.integers(1, 2),
+)
+def test_a_max_pool_with_indices_bounds_its_maxima_not_its_indices(seed, m, hw, kernel, stride):
+    """A max pool as the edge graph has it (``max_pool2d_with_indices``, its maxima read by
+    ``getitem``): inputs each moved by at most their delta move no maximum by more than its
+    bound; the indices have no grid, so reading them leaves the bound unknown."""
+    from ethosu_ng.numerics.tie_bound import Unbounded
+
+    target = exir_ops.edge.aten.max_pool2d_with_indices.default
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(rng.normal(0, 3, (1, 2, *hw)))
+    d = torch.from_numpy(rng.uniform(0, m, x.shape))
+    args = [[kernel, kernel], [stride, stride]]
+    g = torch.fx.Graph()
+    xn = g.placeholder("x")
+    pool = g.call_function(target, (xn, *args))
+    maxima, indices = (
+        g.call_function(operator.getitem, (pool, 0)),
+        g.call_function(operator.getitem, (pool, 1)),
+    )
+    bound = TieBound(1e-3)
+    bound.delta[xn] = d
+    result = target(x, *args)
+    bound.step(pool, [x, *args], result)
+    bound.step(maxima, [result, 0], result[0])
+    with pytest.raises(Unbounded):
+        bound.step(indices, [result, 1], result[1])
+    got = bound.delta[maxima]
+    for _ in range(20):
+        moved = x + d * torch.from_numpy(rng.uniform(-1.0, 1.0, x.shape))
+        assert bool(((target(moved, *args)[0] - result[0]).abs() <= got + 1e-12).all())

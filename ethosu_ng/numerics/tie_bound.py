@@ -19,12 +19,13 @@ Each value carries ``delta``, the largest difference the ties so far can make to
 for a float, steps for an integer), through each op by its local sensitivity: sums of deltas for
 an add, ``|a| db + |b| da + da db`` for a product, the weights' magnitudes for a convolution,
 linear or matmul, the table's own values over the codes within reach for a lookup, the same
-rearrangement for a view, permute, slice or concatenation, nothing for a constant padding, the
-function's values over the codes within reach for an 8-bit lookup (an op upstream lowers to a
-TABLE), ``e^(+-2m)`` of each output for a softmax whose inputs move by ``m``. A quantize's
-delta is the number of ties within ``delta + NEAR_TIE`` of its value (how many grid steps its
-rounding can move), then saturated. An op outside these rules makes the bound unknown
-(``Unbounded``).
+rearrangement for a view, permute, slice or concatenation, the same split for a split or unbind
+(a list of deltas, one per part, which ``getitem`` reads; a max pool's indices have none),
+nothing for a constant padding, the function's values over the codes within reach for an 8-bit
+lookup (an op upstream lowers to a TABLE), ``e^(+-2m)`` of each output for a softmax whose
+inputs move by ``m``. A quantize's delta is the number of ties within ``delta + NEAR_TIE`` of its
+value (how many grid steps its rounding can move), then saturated. An op outside these rules
+makes the bound unknown (``Unbounded``).
 """
 
 from __future__ import annotations
@@ -90,6 +91,19 @@ _ONE_LIPSCHITZ = {
     "aten.clamp.default",
     "aten.clamp.Tensor",
     "aten.hardtanh.default",
+}
+# Ops that split a tensor into parts (a list of tensors, which ``getitem`` reads): the same op
+# on the deltas bounds each part.
+_SPLIT = {
+    "aten.split_with_sizes_copy.default",
+    "aten.split_with_sizes.default",
+    "aten.split_copy.Tensor",
+    "aten.split.Tensor",
+    "aten.unbind_copy.int",
+    "aten.unbind.int",
+    "aten.chunk.default",
+    "aten.tensor_split.sections",
+    "aten.tensor_split.indices",
 }
 _WINDOW_MAX = {
     "aten.amax.default",
@@ -260,6 +274,16 @@ class TieBound:
                 self.delta[node] = torch.cat(parts, *values[1:])
             else:
                 self.delta[node] = node.target(ds[0], *values[1:], **node.kwargs).to(torch.float64)
+        elif name in _SPLIT:
+            self.delta[node] = [
+                d.to(torch.float64) for d in node.target(ds[0], *values[1:], **node.kwargs)
+            ]
+        elif name == "getitem":
+            # One output of a multi-output op: its delta, where the op's rule gave one per output.
+            parts = self.of(args[0])
+            if not isinstance(parts, (list, tuple)) or parts[args[1]] is None:
+                raise Unbounded(f"no rounding-sensitivity rule for output {args[1]} of {args[0]}")
+            self.delta[node] = parts[args[1]]
         elif name in ("aten._softmax.default", "aten.softmax.int"):
             # Inputs within m of their values scale each output by at most e^(+-2m).
             dim = values[1]
@@ -282,7 +306,10 @@ class TieBound:
             self.delta[node] = ds[0]
         elif name in _WINDOW_MAX:
             out = node.target(ds[0], *values[1:], **node.kwargs)
-            self.delta[node] = (out[0] if isinstance(out, tuple) else out).to(torch.float64)
+            if isinstance(out, tuple):  # the maxima and their indices, which have no grid
+                self.delta[node] = (out[0].to(torch.float64), None)
+            else:
+                self.delta[node] = out.to(torch.float64)
         elif name in _LINEAR_IN_INPUT:
             self.delta[node] = node.target(ds[0], *values[1:], **node.kwargs).abs()
         elif name in ("aten.add.Scalar", "aten.sub.Scalar", "aten.rsub.Scalar"):
