@@ -143,13 +143,17 @@ class Graph:
     def copy_before(self, op: Operator, anchor: Operator) -> str:
         """A copy of single-output ``op`` (same inputs and attributes, a fresh output tensor of
         the same shape and type) placed just before ``anchor``; returns the copy's output."""
+        return self.insert_copy(op, anchor).outputs[0]
+
+    def insert_copy(self, op: Operator, anchor: Operator) -> Operator:
+        """``copy_before``, returning the copy itself."""
         y = op.outputs[0]
         out = self.fresh_name(y)
         t = self.tensors[y]
         self.tensors[out] = Tensor(out, list(t.shape), t.dtype)
         copy = Operator(op.op, list(op.inputs), [out], dict(op.attr), op.location, op.source)
         self.insert_before(anchor, copy)
-        return out
+        return copy
 
     def add_const(self, anchor: Operator, base: str, arr: np.ndarray, dtype: str) -> str:
         """A new CONST operator holding ``arr`` as ``dtype``, placed before ``anchor`` and

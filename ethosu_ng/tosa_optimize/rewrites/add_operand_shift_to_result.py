@@ -86,7 +86,8 @@ class AddOperandShiftToResult(TosaRewrite):
                 result_op, f"{result_op.outputs[0]}_shift", shifts.reshape(shape), "INT8"
             )
             changed += 1
-            producers, consumers = graph.producers(), graph.consumers()
+            # Only the RESCALEs' constant inputs changed: the writers and readers of every
+            # operand and result the loop asks about are as they were.
         return changed
 
     @staticmethod

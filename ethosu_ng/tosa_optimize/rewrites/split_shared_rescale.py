@@ -58,7 +58,16 @@ class SplitSharedRescale(TosaRewrite):
             if len(folding) == len(slots) and y not in graph.outputs:
                 folding = folding[1:]  # the original keeps one reader
             for c, k in folding:
-                c.inputs[k] = graph.copy_before(op, c)
+                copy = graph.insert_copy(op, c)
+                c.inputs[k] = copy.outputs[0]
+                # The maps as a rebuild would give them, edited in place (a rebuild per change
+                # is quadratic in the graph): a later binary reader may find its other operand
+                # is this copy.
+                producers[copy.outputs[0]] = copy
+                consumers[copy.outputs[0]] = [c]
+                for t in copy.inputs:
+                    consumers.setdefault(t, []).append(copy)
+                readers = consumers[y]
+                del readers[next(i for i, o in enumerate(readers) if o is c)]
             changed += 1
-            producers, consumers = graph.producers(), graph.consumers()
         return changed
