@@ -90,6 +90,38 @@ def test_a_lookup_moves_no_more_than_its_bound(fn, scale, zp, reach, seed):
 
 @settings(max_examples=40, deadline=None)
 @given(
+    fn=st.sampled_from(sorted(set(_LOOKUPS) - {"rsqrt"})),
+    scale=st.sampled_from([0.002, 0.03, 0.25]),
+    zp=st.integers(-128, 127),
+    reach=st.integers(0, 300),
+)
+def test_a_lookup_bound_is_the_largest_change_within_reach(fn, scale, zp, reach):
+    """Whatever the reach (past the grid too), an element's bound is the largest change of the
+    op over the codes within reach, saturating at the grid's ends, and no more: a far reach is
+    not the table's whole span where the function is flat nearby."""
+    target = _LOOKUPS[fn]
+    codes = torch.arange(-128, 128)
+    x = (codes.to(torch.float64) - zp) * scale
+    g = torch.fx.Graph()
+    q = g.placeholder("q")
+    dq = g.call_function(_DQ, (q, scale, zp, -128, 127, torch.int8))
+    node = g.call_function(target, (dq,))
+    bound = TieBound(1e-3)
+    # Just under ``reach`` codes, so that the rule's rounding up lands on ``reach``.
+    bound.delta[dq] = torch.full(x.shape, reach * scale * (1 - 1e-9), dtype=torch.float64)
+    result = target(x)
+    bound.step(node, [x], result)
+    got = bound.delta[node]
+    read32 = target(x.to(torch.float32).to(torch.float64))
+    want = (read32 - result).abs()  # the float32 reading of each code, as the rule adds it
+    for o in range(-reach, reach + 1):
+        near = (codes + o).clamp(-128, 127)
+        want = torch.maximum(want, (target((near.to(torch.float64) - zp) * scale) - result).abs())
+    assert torch.allclose(got, want, rtol=0, atol=1e-12), float((got - want).abs().max())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
     fn=st.sampled_from(["acosh", "log", "rsqrt", "exp", "asin", "atanh"]),
     scale=st.floats(1e-4, 0.3).map(lambda v: float(torch.tensor(v, dtype=torch.float32))),
     zp=st.integers(-128, 127),

@@ -186,8 +186,6 @@ def _is_8bit_lookup(node: torch.fx.Node) -> bool:
     )
 
 
-# Past this many codes of reach, a lookup's delta is its whole span.
-_LOOKUP_REACH = 16
 # A delta past any 8- or 16-bit grid: every quantize after it may take any value of its range.
 _ANYTHING = 1e30
 
@@ -209,18 +207,21 @@ def _lookup_delta(node: torch.fx.Node, values: list, dx: torch.Tensor) -> torch.
     # but "anything", kept finite so that a later product with a zero stays a number.
     finite = torch.isfinite(table)
     table = torch.where(finite, table, torch.full_like(table, _ANYTHING))
-    index = (torch.round(x / scale) + zp - qmin).clamp(0, qmax - qmin).to(torch.int64)
-    reach = torch.ceil(dx.expand(x.shape) / scale).to(torch.int64)
-    here = table[index]
-    worst = torch.zeros(x.shape, dtype=torch.float64)
-    for o in range(1, min(int(reach.max()) if reach.numel() else 0, _LOOKUP_REACH) + 1):
-        for there in (index - o, index + o):
-            there = there.clamp(0, qmax - qmin)
-            moved = (table[there] - here).abs()
-            moved = torch.where(finite[there] & finite[index], moved, _ANYTHING)
-            worst = torch.where(reach >= o, torch.maximum(worst, moved), worst)
-    span = table[finite].max() - table[finite].min() if bool(finite.all()) else _ANYTHING
-    worst = torch.where(reach > _LOOKUP_REACH, span, worst)
+    n = qmax - qmin + 1
+    index = (torch.round(x / scale) + zp - qmin).clamp(0, n - 1).to(torch.int64)
+    reach = torch.ceil(dx.expand(x.shape) / scale).to(torch.int64).clamp(0, n - 1)
+    # farthest[c, r]: the largest change over the codes within r of code c (past the grid's
+    # ends a code saturates to them). An 8-bit grid's n x n table, built one reach at a time.
+    codes = torch.arange(n)
+    farthest = torch.zeros((n, n), dtype=torch.float64)
+    for r in range(1, n):
+        nearest = farthest[:, r - 1]
+        for there in ((codes - r).clamp(0, n - 1), (codes + r).clamp(0, n - 1)):
+            moved = (table[there] - table).abs()
+            moved = torch.where(finite[there] & finite, moved, _ANYTHING)
+            nearest = torch.maximum(nearest, moved)
+        farthest[:, r] = nearest
+    worst = farthest[index, reach]
     # The eager model and upstream's table read a code's value as float32 rounds it: where the
     # function is steep (acosh at 1: 1.0 in float32, 1 + 5.9e-8 in float64) that alone moves it.
     read32 = node.target(grid.to(torch.float32).to(torch.float64), *values[1:], **node.kwargs)
