@@ -49,6 +49,20 @@ def _step(target, args, values, deltas, result):
     return bound.delta[node]
 
 
+def _lookup_bound(target, x, scale, zp, delta):
+    """The bound of the 8-bit lookup ``target(dequantize(q))`` at inputs ``x`` whose delta is
+    ``delta`` (real units); returns (bound, the op's values)."""
+    g = torch.fx.Graph()
+    q = g.placeholder("q")
+    dq = g.call_function(_DQ, (q, scale, zp, -128, 127, torch.int8))
+    node = g.call_function(target, (dq,))
+    bound = TieBound(1e-3)
+    bound.delta[dq] = torch.full(x.shape, delta, dtype=torch.float64)
+    result = target(x)
+    bound.step(node, [x], result)
+    return bound.delta[node], result
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     fn=st.sampled_from(sorted(_LOOKUPS)),
@@ -70,15 +84,7 @@ def test_a_lookup_moves_no_more_than_its_bound(fn, scale, zp, reach, seed):
         keep = codes <= 127
         x, codes = x[keep], codes[keep]
     target = _LOOKUPS[fn]
-    g = torch.fx.Graph()
-    q = g.placeholder("q")
-    dq = g.call_function(_DQ, (q, scale, zp, -128, 127, torch.int8))
-    node = g.call_function(target, (dq,))
-    bound = TieBound(1e-3)
-    bound.delta[dq] = torch.full(x.shape, reach * scale, dtype=torch.float64)
-    result = target(x)
-    bound.step(node, [x], result)
-    got = bound.delta[node]
+    got, result = _lookup_bound(target, x, scale, zp, reach * scale)
     r = int(np.ceil(reach))
     for o in range(-r, r + 1):
         near = (codes + o).clamp(-128, 127)
@@ -102,16 +108,8 @@ def test_a_lookup_bound_is_the_largest_change_within_reach(fn, scale, zp, reach)
     target = _LOOKUPS[fn]
     codes = torch.arange(-128, 128)
     x = (codes.to(torch.float64) - zp) * scale
-    g = torch.fx.Graph()
-    q = g.placeholder("q")
-    dq = g.call_function(_DQ, (q, scale, zp, -128, 127, torch.int8))
-    node = g.call_function(target, (dq,))
-    bound = TieBound(1e-3)
     # Just under ``reach`` codes, so that the rule's rounding up lands on ``reach``.
-    bound.delta[dq] = torch.full(x.shape, reach * scale * (1 - 1e-9), dtype=torch.float64)
-    result = target(x)
-    bound.step(node, [x], result)
-    got = bound.delta[node]
+    got, result = _lookup_bound(target, x, scale, zp, reach * scale * (1 - 1e-9))
     read32 = target(x.to(torch.float32).to(torch.float64))
     want = (read32 - result).abs()  # the float32 reading of each code, as the rule adds it
     for o in range(-reach, reach + 1):
@@ -133,15 +131,7 @@ def test_a_lookup_bounds_the_float32_reading_of_its_codes(fn, scale, zp):
     target = getattr(exir_ops.edge.aten, fn).default
     codes = torch.arange(-128, 128)
     x = (codes.to(torch.float64) - zp) * scale
-    g = torch.fx.Graph()
-    q = g.placeholder("q")
-    dq = g.call_function(_DQ, (q, scale, zp, -128, 127, torch.int8))
-    node = g.call_function(target, (dq,))
-    bound = TieBound(1e-3)
-    bound.delta[dq] = torch.zeros(x.shape, dtype=torch.float64)
-    result = target(x)
-    bound.step(node, [x], result)
-    got = bound.delta[node]
+    got, result = _lookup_bound(target, x, scale, zp, 0.0)
     read32 = target(x.to(torch.float32).to(torch.float64))
     both = torch.isfinite(result) & torch.isfinite(read32)
     assert bool(((read32 - result).abs()[both] <= got[both] + 1e-12).all())

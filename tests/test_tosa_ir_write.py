@@ -23,7 +23,7 @@ BYTES = {"INT8": 1, "INT16": 2, "INT32": 4, "INT48": 6, "BOOL": 1, "FP32": 4, "F
 
 def write_by_add_tensor(graph: Graph) -> bytes:
     """The serializer's own path: every used tensor and shape added by name, then the operators
-    and the IO."""
+    and the IO as ``write`` adds them."""
     import tosa_serializer as ts
 
     major, minor, patch, draft = graph.version
@@ -52,16 +52,7 @@ def write_by_add_tensor(graph: Graph) -> bytes:
         if name in used:
             vals = None if s.data is None else np.frombuffer(bytes(s.data), dtype="<i8")
             block.addShape(s.name, s.rank, vals)
-    for o in graph.ops:
-        attr = ts.TosaSerializerAttribute()
-        builder = tosa_ir._ATTRIBUTE_BUILDER.get(o.op) or tosa_ir._builder_name(o.op)
-        getattr(attr, builder)(**o.attr)
-        loc = ts.TosaOpLocation(o.location) if o.location is not None else None
-        block.addOperator(ts.Op.__members__[o.op], list(o.inputs), list(o.outputs), attr, loc)
-    for name in graph.inputs:
-        block.addInput(name)
-    for name in graph.outputs:
-        block.addOutput(name)
+    tosa_ir.add_operators_and_io(block, graph)  # what both paths share
     return bytes(ser.serialize())
 
 

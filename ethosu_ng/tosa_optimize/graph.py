@@ -353,7 +353,14 @@ def write(graph: Graph) -> bytes:
                 )
     finally:
         os.unlink(path)
-    block = ser.regions[0].basicBlocks[0]
+    add_operators_and_io(ser.regions[0].basicBlocks[0], graph)
+    return bytes(ser.serialize())
+
+
+def add_operators_and_io(block, graph: Graph) -> None:
+    """Add ``graph``'s operators, inputs and outputs to the serializer's ``block``."""
+    import tosa_serializer as ts
+
     for o in graph.ops:
         attr = ts.TosaSerializerAttribute()
         builder = _ATTRIBUTE_BUILDER.get(o.op) or _builder_name(o.op)
@@ -364,7 +371,6 @@ def write(graph: Graph) -> bytes:
         block.addInput(name)
     for name in graph.outputs:
         block.addOutput(name)
-    return bytes(ser.serialize())
 
 
 # What a new serializer names its region and block.
