@@ -487,3 +487,27 @@ def test_a_max_pool_with_indices_bounds_its_maxima_not_its_indices(seed, m, hw, 
     for _ in range(20):
         moved = x + d * torch.from_numpy(rng.uniform(-1.0, 1.0, x.shape))
         assert bool(((target(moved, *args)[0] - result[0]).abs() <= got + 1e-12).all())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    m=st.sampled_from([0.0, 0.01, 0.5, 3.0]),
+    shape=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    op=st.sampled_from(["amin", "amax"]),
+    data=st.data(),
+)
+def test_a_minimum_or_maximum_moves_no_more_than_its_bound(seed, m, shape, op, data):
+    """``amin`` and ``amax`` over drawn dims, with and without ``keepdim``: inputs each moved by
+    at most their delta move no result by more than its bound."""
+    dims = data.draw(st.lists(st.integers(0, len(shape) - 1), unique=True, max_size=len(shape)))
+    keepdim = data.draw(st.booleans())
+    target = getattr(exir_ops.edge.aten, op).default
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(rng.normal(0, 3, shape))
+    d = torch.from_numpy(rng.uniform(0, m, shape))
+    args = [dims, keepdim]
+    got = _step(target, ["x", *args], [x, *args], [d, None, None], target(x, *args))
+    for _ in range(20):
+        moved = x + d * torch.from_numpy(rng.uniform(-1.0, 1.0, shape))
+        assert bool(((target(moved, *args) - target(x, *args)).abs() <= got + 1e-12).all())

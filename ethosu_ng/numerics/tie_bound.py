@@ -21,7 +21,7 @@ an add, ``|a| db + |b| da + da db`` for a product, the weights' magnitudes for a
 linear or matmul, the table's own values over the codes within reach for a lookup, the same
 rearrangement for a view, permute, slice or concatenation, the same split for a split or unbind
 (a list of deltas, one per part, which ``getitem`` reads; a max pool's indices have none),
-nothing for a constant padding, the function's values over the codes within reach for an 8-bit
+the largest delta of its window for a maximum or minimum, nothing for a constant padding, the function's values over the codes within reach for an 8-bit
 lookup (an op upstream lowers to a TABLE), ``e^(+-2m)`` of each output for a softmax whose
 inputs move by ``m``. A quantize's delta is the number of ties within ``delta + NEAR_TIE`` of its
 value (how many grid steps its rounding can move), then saturated. An op outside these rules
@@ -311,6 +311,9 @@ class TieBound:
                 self.delta[node] = (out[0].to(torch.float64), None)
             else:
                 self.delta[node] = out.to(torch.float64)
+        elif name == "aten.amin.default":
+            # A minimum moves no more than the most any element of its window moves.
+            self.delta[node] = torch.amax(ds[0], *values[1:], **node.kwargs).to(torch.float64)
         elif name in _LINEAR_IN_INPUT:
             self.delta[node] = node.target(ds[0], *values[1:], **node.kwargs).abs()
         elif name in ("aten.add.Scalar", "aten.sub.Scalar", "aten.rsub.Scalar"):
