@@ -20,12 +20,12 @@ for a float, steps for an integer), through each op by its local sensitivity: su
 an add, ``|a| db + |b| da + da db`` for a product, the weights' magnitudes for a convolution,
 linear or matmul, the table's own values over the codes within reach for a lookup, the same
 rearrangement for a view, permute, slice or concatenation, the same split for a split or unbind
-(a list of deltas, one per part, which ``getitem`` reads; a max pool's indices have none),
-the largest delta of its window for a maximum or minimum, nothing for a constant padding, the function's values over the codes within reach for an 8-bit
-lookup (an op upstream lowers to a TABLE), ``e^(+-2m)`` of each output for a softmax whose
-inputs move by ``m``. A quantize's delta is the number of ties within ``delta + NEAR_TIE`` of its
-value (how many grid steps its rounding can move), then saturated. An op outside these rules
-makes the bound unknown (``Unbounded``).
+(a list of deltas, one per part, which ``getitem`` reads; a max pool's indices have none), the
+largest delta of its window for a maximum or minimum, nothing for a constant padding, the
+function's values over the codes within reach for an 8-bit lookup (an op upstream lowers to a
+TABLE), ``e^(+-2m)`` of each output for a softmax whose inputs move by ``m``. A quantize's delta
+is the number of ties within ``delta + NEAR_TIE`` of its value (how many grid steps its rounding
+can move), then saturated. An op outside these rules makes the bound unknown (``Unbounded``).
 """
 
 from __future__ import annotations
