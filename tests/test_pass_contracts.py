@@ -17,6 +17,7 @@ from ethosu_ng.passes import (
     LowerRollPass,
     PassContractError,
     ProgramPass,
+    QuantizeStateBuffersPass,
     pass_pipeline,
     run_passes,
 )
@@ -207,12 +208,13 @@ class _RunningPeak(nn.Module):
 @pytest.mark.parametrize("out_dtype", [torch.int8, torch.uint8])
 def test_a_float_state_update_is_not_a_user_output_of_integer_io(out_dtype):
     """A program functionalized before lowering (``run_decompositions``) returns the buffer's new
-    value as a BUFFER_MUTATION output ahead of the user's. That state is float and stays on the
-    CPU; integer program IO types the user's outputs only, and its guarantee holds."""
+    value as a BUFFER_MUTATION output ahead of the user's. With the state kept float (its int8
+    storage, ``QuantizeStateBuffersPass``, disabled) it stays on the CPU; integer program IO types
+    the user's outputs only, and its guarantee holds."""
     x = (torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(0)),)
     q = quantize(_RunningPeak(), x, SPEC, [x], input_dtype=torch.int8, output_dtype=out_dtype)
     program = torch.export.export(q, x).run_decompositions({})
-    program = run_passes(program, pass_pipeline(), SPEC)
+    program = run_passes(program, pass_pipeline([QuantizeStateBuffersPass]), SPEC)
     outs = program.graph_module.graph.output_node().args[0]
     kinds = [s.kind.name for s in program.graph_signature.output_specs]
     assert kinds == ["BUFFER_MUTATION", "USER_OUTPUT"]
