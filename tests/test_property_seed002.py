@@ -97,7 +97,8 @@ def streaming_cases(draw):
     )
 
 
-def check_streaming(case, target):
+def streaming_model(case):
+    """A drawn case's (model, seven input batches, input dtype, output dtype)."""
     case = dict(case)
     in_dt, out_dt, seed = case.pop("input_dtype"), case.pop("output_dtype"), case.pop("seed")
     torch.manual_seed(seed)
@@ -106,6 +107,11 @@ def check_streaming(case, target):
     chunk[case["axis"]] = case["step"]
     g = torch.Generator().manual_seed(seed)
     batches = [(torch.rand(chunk, generator=g),) for _ in range(7)]
+    return model, batches, in_dt, out_dt
+
+
+def check_streaming(case, target):
+    model, batches, in_dt, out_dt = streaming_model(case)
     spec = EthosUNGCompileSpec(target, embed_tosa=True)
     q = quantize(
         model, batches[0], spec, calibration=batches[:4], input_dtype=in_dt, output_dtype=out_dt

@@ -21,7 +21,7 @@ import torch
 from _pte import CrossCheckedMethod
 from executorch.exir import to_edge_transform_and_lower
 from hypothesis import HealthCheck, given, settings
-from test_property_seed002 import Streaming, streaming_cases
+from test_property_seed002 import Streaming, streaming_cases, streaming_model
 
 from ethosu_ng import EthosUNGCompileSpec, EthosUNGPartitioner, io_quantization
 from ethosu_ng.export import quantize
@@ -97,14 +97,7 @@ def _states_and_outputs(program, steps):
 )
 @given(streaming_cases())
 def test_the_pass_rewrites_both_forms_of_the_write_back_alike(case):
-    case = dict(case)
-    in_dt, out_dt, seed = case.pop("input_dtype"), case.pop("output_dtype"), case.pop("seed")
-    torch.manual_seed(seed)
-    model = Streaming(**case).eval()
-    chunk = list(case["state_shape"])
-    chunk[case["axis"]] = case["step"]
-    g = torch.Generator().manual_seed(seed)
-    batches = [(torch.rand(chunk, generator=g),) for _ in range(7)]
+    model, batches, in_dt, out_dt = streaming_model(case)
     q = quantize(model, batches[0], SPEC, batches[:4], input_dtype=in_dt, output_dtype=out_dt)
     q.state.zero_()
     seen = {}
