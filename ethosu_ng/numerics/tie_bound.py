@@ -211,16 +211,17 @@ def _lookup_delta(node: torch.fx.Node, values: list, dx: torch.Tensor) -> torch.
     index = (torch.round(x / scale) + zp - qmin).clamp(0, n - 1).to(torch.int64)
     reach = torch.ceil(dx.expand(x.shape) / scale).to(torch.int64).clamp(0, n - 1)
     # farthest[c, r]: the largest change over the codes within r of code c (past the grid's
-    # ends a code saturates to them). An 8-bit grid's n x n table, built one reach at a time.
-    codes = torch.arange(n)
-    farthest = torch.zeros((n, n), dtype=torch.float64)
-    for r in range(1, n):
-        nearest = farthest[:, r - 1]
-        for there in ((codes - r).clamp(0, n - 1), (codes + r).clamp(0, n - 1)):
-            moved = (table[there] - table).abs()
-            moved = torch.where(finite[there] & finite, moved, _ANYTHING)
-            nearest = torch.maximum(nearest, moved)
-        farthest[:, r] = nearest
+    # ends a code saturates to them): the running maximum, over r, of the change r codes away
+    # on either side. An 8-bit grid's n x n table.
+    codes = torch.arange(n).unsqueeze(1)
+    away = torch.arange(n).unsqueeze(0)
+    changes = []
+    for there in ((codes - away).clamp(0, n - 1), (codes + away).clamp(0, n - 1)):
+        moved = (table[there] - table.unsqueeze(1)).abs()
+        changes.append(torch.where(finite[there] & finite.unsqueeze(1), moved, _ANYTHING))
+    at = torch.maximum(*changes)
+    at[:, 0] = 0.0  # no reach: no change, even at a code outside the domain
+    farthest = torch.cummax(at, dim=1).values
     worst = farthest[index, reach]
     # The eager model and upstream's table read a code's value as float32 rounds it: where the
     # function is steep (acosh at 1: 1.0 in float32, 1 + 5.9e-8 in float64) that alone moves it.
