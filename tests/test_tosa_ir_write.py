@@ -116,9 +116,12 @@ def test_the_graph_is_written_as_the_serializer_writes_it_tensor_by_tensor(graph
 
 @pytest.mark.parametrize("version", [(1, 1, 0, False), (2, 0, 0, False)])
 def test_a_version_the_serializer_cannot_read_is_refused_by_name(version):
+    """Neither ``write`` nor ``read`` takes a graph of a version the serializer cannot load."""
     graph = Graph({"t": Tensor("t", [1], "INT8")}, {}, [], [], ["t"], version)
     with pytest.raises(tosa_ir.UnsupportedGraph, match=re.escape(str(version))):
         tosa_ir.write(graph)
+    with pytest.raises(tosa_ir.UnsupportedGraph, match=re.escape(str(version))):
+        tosa_ir.read(write_by_add_tensor(graph))
 
 
 def test_a_graph_the_serializer_wrote_reads_and_writes_back_to_its_bytes():

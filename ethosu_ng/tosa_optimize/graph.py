@@ -276,7 +276,6 @@ def _tensors(block) -> Dict[str, Tensor]:
 
 def read(flatbuffer: bytes) -> Graph:
     """Parse a TOSA flatbuffer into a ``Graph``."""
-    import tosa_serializer as ts
     from tosa.TosaGraph import TosaGraph
 
     fb = TosaGraph.GetRootAs(bytearray(flatbuffer), 0)
@@ -284,19 +283,7 @@ def read(flatbuffer: bytes) -> Graph:
     version = (v._Major(), v._Minor(), v._Patch(), bool(v._Draft()))
     if fb.RegionsLength() != 1 or fb.Regions(0).BlocksLength() != 1:
         raise UnsupportedGraph("TOSA graph has more than one region or block")
-    # The serializer loads from a file only.
-    fd, path = tempfile.mkstemp(suffix=".tosa")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(flatbuffer)
-        ser = ts.TosaSerializer("", targetMajor=version[0], targetMinor=version[1])
-        with stdout_to_log():
-            loaded = ser.loadTosaFlatbuffer(path)
-        if not loaded:
-            raise UnsupportedGraph("tosa_serializer could not load the flatbuffer")
-    finally:
-        os.unlink(path)
-    block = ser.regions[0].basicBlocks[0]
+    block = _loaded(flatbuffer, version).regions[0].basicBlocks[0]
     tensors = _tensors(fb.Regions(0).Blocks(0))
     for t in tensors.values():
         if t.data is not None and t.dtype not in _NUMPY_DTYPE and t.dtype != _INT48:
@@ -331,30 +318,38 @@ def write(graph: Graph) -> bytes:
     shapes go in as a flatbuffer of their own, loaded, and the operators and IO are added to
     the loaded block, which the serializer writes as if every tensor had been added one by one.
     """
-    import tosa_serializer as ts
 
-    major, minor, patch, draft = graph.version
     used = set(graph.inputs) | set(graph.outputs)
     for o in graph.ops:
         used.update(o.inputs)
         used.update(o.outputs)
+    ser = _loaded(_tensors_only(graph, used), graph.version)
+    add_operators_and_io(ser.regions[0].basicBlocks[0], graph)
+    return bytes(ser.serialize())
+
+
+def _loaded(flatbuffer: bytes, version: Tuple[int, int, int, bool]):
+    """A serializer holding ``flatbuffer`` (of TOSA ``version``), loaded from a file (the only
+    way it loads)."""
+    import tosa_serializer as ts
+
+    major, minor, patch, draft = version
     fd, path = tempfile.mkstemp(suffix=".tosa")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(_tensors_only(graph, used))
+            f.write(flatbuffer)
         ser = ts.TosaSerializer(
             "", targetMajor=major, targetMinor=minor, targetPatch=patch, targetDraft=draft
         )
         with stdout_to_log():
-            if not ser.loadTosaFlatbuffer(path):  # a version it cannot read, as ``read``
+            if not ser.loadTosaFlatbuffer(path):
                 raise UnsupportedGraph(
-                    f"tosa_serializer cannot write TOSA version {graph.version} (major, minor,"
-                    " patch, draft)"
+                    f"tosa_serializer cannot load TOSA version {version} (major, minor, patch,"
+                    " draft)"
                 )
     finally:
         os.unlink(path)
-    add_operators_and_io(ser.regions[0].basicBlocks[0], graph)
-    return bytes(ser.serialize())
+    return ser
 
 
 def add_operators_and_io(block, graph: Graph) -> None:
