@@ -382,12 +382,25 @@ def test_a_quantize_moves_no_more_than_its_bound_whatever_its_zero_point(
         assert bool(((q(moved) - q(x)).abs() <= got).all())
 
 
+# Every op the bound splits by, in the edge graph's copy form and as ATen writes it.
 _SPLITS = {
-    "split_with_sizes": exir_ops.edge.aten.split_with_sizes_copy.default,
-    "split": exir_ops.edge.aten.split_copy.Tensor,
-    "unbind": exir_ops.edge.aten.unbind_copy.int,
+    "split_with_sizes_copy": exir_ops.edge.aten.split_with_sizes_copy.default,
+    "split_with_sizes": torch.ops.aten.split_with_sizes.default,
+    "split_copy": exir_ops.edge.aten.split_copy.Tensor,
+    "split": torch.ops.aten.split.Tensor,
+    "unbind_copy": exir_ops.edge.aten.unbind_copy.int,
+    "unbind": torch.ops.aten.unbind.int,
+    "chunk": torch.ops.aten.chunk.default,
+    "tensor_split_sections": torch.ops.aten.tensor_split.sections,
+    "tensor_split_indices": torch.ops.aten.tensor_split.indices,
 }
-_QRANGES = {torch.int8: (-128, 127), torch.uint8: (0, 255), torch.int16: (-32768, 32767)}
+
+
+def test_the_split_property_covers_every_op_the_bound_splits_by():
+    from ethosu_ng.numerics.tie_bound import _SPLIT
+    from ethosu_ng.ops import op_name
+
+    assert {op_name(t) for t in _SPLITS.values()} == _SPLIT
 
 
 @settings(max_examples=100, deadline=None)
@@ -396,7 +409,7 @@ _QRANGES = {torch.int8: (-128, 127), torch.uint8: (0, 255), torch.int16: (-32768
     seed=st.integers(0, 2**31 - 1),
     shape=st.lists(st.integers(1, 5), min_size=1, max_size=4),
     data=st.data(),
-    dtype=st.sampled_from(sorted(_QRANGES, key=str)),
+    dtype=st.sampled_from(sorted(_RANGES)),
     scale=st.sampled_from([0.0025, 0.03, 0.25]),
     m=st.sampled_from([0.0, 0.3, 1.0, 5.0]),
 )
@@ -404,22 +417,24 @@ def test_the_parts_of_a_split_move_no_more_than_their_bound(
     kind, seed, shape, data, dtype, scale, m
 ):
     """Values each moved by at most their delta (both signs), quantized half up at a drawn zero
-    point and split along a drawn dim (by sizes, by one size, or unbound): every element of
-    every part (``getitem``) moves no more than its bound (mobilevitv2's attention splits its
-    quantized qkv projection in three)."""
-    qmin, qmax = _QRANGES[dtype]
+    point and split along a drawn dim by every split op (sizes, one size, unbound, chunks,
+    sections, indices): every element of every part (``getitem``) moves no more than its bound
+    (mobilevitv2's attention splits its quantized qkv projection in three)."""
+    qmin, qmax, dtype = _RANGES[dtype]
     zp = data.draw(st.integers(qmin, qmax), label="zp")
     dim = data.draw(st.integers(0, len(shape) - 1), label="dim")
     n = shape[dim]
-    if kind == "split_with_sizes":
-        cuts = (
-            sorted(data.draw(st.sets(st.integers(1, n - 1), max_size=3), label="cuts"))
-            if n > 1
-            else []
-        )
+    cuts = (
+        sorted(data.draw(st.sets(st.integers(1, n - 1), max_size=3), label="cuts")) if n > 1 else []
+    )
+    if kind.startswith("split_with_sizes"):
         split_args = [[b - a for a, b in zip([0, *cuts], [*cuts, n])], dim]
-    elif kind == "split":
+    elif kind.startswith("split"):
         split_args = [data.draw(st.integers(1, n), label="size"), dim]
+    elif kind in ("chunk", "tensor_split_sections"):
+        split_args = [data.draw(st.integers(1, n + 1), label="pieces"), dim]
+    elif kind == "tensor_split_indices":
+        split_args = [cuts, dim]
     else:
         split_args = [dim]
     rng = np.random.default_rng(seed)
