@@ -60,9 +60,10 @@ class SplitSharedRescale(TosaRewrite):
             for c, k in folding:
                 copy = graph.insert_copy(op, c)
                 c.inputs[k] = copy.outputs[0]
-                # The maps as a rebuild would give them, edited in place (a rebuild per change
-                # is quadratic in the graph): a later binary reader may find its other operand
-                # is this copy.
+                # The maps edited in place (a rebuild per change is quadratic in the graph) to
+                # what a rebuild would give, but for the order of the copy's inputs' readers,
+                # which the loop does not ask again: a later binary reader may find its other
+                # operand is this copy.
                 producers[copy.outputs[0]] = copy
                 consumers[copy.outputs[0]] = [c]
                 for t in copy.inputs:
