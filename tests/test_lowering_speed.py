@@ -169,3 +169,36 @@ def test_retraces_do_not_grow_with_the_blocks():
     # the premise: upstream's rule retraces once more per block or two
     assert counts["downstream 12"] >= counts["downstream 4"] + 4, counts
     assert counts["paths 12"] == counts["paths 4"], counts
+
+
+def test_carving_a_partition_builds_the_signature_maps_a_fixed_number_of_times():
+    """``to_backend``'s node list asks the signature's parameter and buffer maps once per
+    node; torch builds a map from every input spec on each ask (quadratic in the graph)."""
+    from torch.export import graph_signature as gs
+
+    from ethosu_ng.adapters import exir
+
+    builds = {}
+    real_build, real_carve = gs._immutable_dict, exir.carve_partition
+
+    def counted_build(items):
+        if carving:
+            builds[blocks] = builds.get(blocks, 0) + 1
+        return real_build(items)
+
+    def carve(*args, **kwargs):
+        carving.append(True)
+        try:
+            return real_carve(*args, **kwargs)
+        finally:
+            carving.pop()
+
+    carving: list = []
+    gs._immutable_dict, exir.carve_partition = counted_build, carve
+    try:
+        for blocks in (2, 8):
+            torch.manual_seed(0)
+            _lower(Stack(["channels_last_add"] * blocks, 8), (1, 8, 6, 6), "ethos-u85-256")
+    finally:
+        gs._immutable_dict, exir.carve_partition = real_build, real_carve
+    assert builds and builds[8] == builds[2], builds

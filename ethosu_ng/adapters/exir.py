@@ -16,6 +16,8 @@ import torch
 from executorch.exir.backend.utils import WhyNoPartitionReporter
 from torch.export import ExportedProgram
 
+from ethosu_ng.adapters.signature_lookups import memoized_signature_lookups
+
 __all__ = [
     "has_out_variant",
     "WhyNoPartitionReporter",
@@ -154,7 +156,9 @@ def carve_partition(graph_module: torch.fx.GraphModule, owning_program: Exported
         create_submodule_from_nodes,
     )
 
-    nodes = _get_node_list_with_same_tag(graph_module, tag, owning_program)
+    # It asks the signature's buffer and parameter maps once per node.
+    with memoized_signature_lookups():
+        nodes = _get_node_list_with_same_tag(graph_module, tag, owning_program)
     with graph_module._set_replace_hook(owning_program.graph_signature.get_replace_hook()):
         submodule, call_node = create_submodule_from_nodes(graph_module, nodes, tag)
     program, _, _ = create_exported_program_from_submodule(

@@ -6,7 +6,8 @@ constants``) build a new dict from every input spec on each access. Upstream's T
 ExecuTorch's ``to_backend`` ask it once per node (``is_param_node``, ``get_param_tensor``,
 ``is_buffer``), so a pass over a graph costs nodes x inputs: on a 32-block ViT stack 66 of
 1,054 CPU s of the lowering (cProfile), 17 times the 8-block figure for 4 times the blocks.
-``adapters.arm.lower_to_tosa`` runs upstream's lowering inside the context below.
+``adapters.arm.lower_to_tosa`` runs upstream's lowering inside the context below, and
+``adapters.exir.carve_partition`` ``to_backend``'s node list.
 
 Inside ``memoized_signature_lookups()`` each lookup keeps its last answer with a shallow copy
 of the input-spec list it was built from and a count of attribute writes on input specs and

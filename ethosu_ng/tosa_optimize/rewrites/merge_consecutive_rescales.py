@@ -93,7 +93,11 @@ class MergeConsecutiveRescales(TosaRewrite):
                 continue
             self._merge(graph, first, op, scale)
             changed += 1
-            producers, consumers = graph.producers(), graph.consumers()
+            # The maps stand for every question the loop asks later (a rebuild per merge is
+            # quadratic in the graph). A merge changes no writer. ``op``'s old input had no
+            # other reader. Its new input was read from the start by ``first`` (or by the head
+            # of the chain ``first`` was merged from), which stays in the graph: a later reader
+            # of it counts two readers with the old map or a new one.
         return changed
 
     @staticmethod
