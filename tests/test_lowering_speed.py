@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Upstream's permute/view propagation, with only the nodes a move touched marked stale
 (``adapters.arm._stale_paths_only``): the same TOSA graph, in a number of graph retraces that
-does not grow with the number of blocks."""
+does not grow with the number of blocks; and carving a partition builds the signature's maps a
+number of times that does not grow with the blocks either."""
 
 from __future__ import annotations
 
