@@ -7,7 +7,7 @@ ExecuTorch's ``to_backend`` ask it once per node (``is_param_node``, ``get_param
 ``is_buffer``), so a pass over a graph costs nodes x inputs: on a 32-block ViT stack 66 of
 1,054 CPU s of the lowering (cProfile), 17 times the 8-block figure for 4 times the blocks.
 ``adapters.arm.lower_to_tosa`` runs upstream's lowering inside the context below, and
-``adapters.exir.carve_partition`` ``to_backend``'s node list.
+``adapters.exir.carve_partition`` runs ``to_backend``'s node list inside it.
 
 Inside ``memoized_signature_lookups()`` each lookup keeps its last answer with a shallow copy
 of the input-spec list it was built from and a count of attribute writes on input specs and
