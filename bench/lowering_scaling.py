@@ -142,6 +142,8 @@ def _beside(args, x) -> int:
     from ethosu_ng.export import quantize
 
     small, large = min(args.blocks), max(args.blocks)
+    if small == large:
+        raise SystemExit("--beside needs two stack sizes in --blocks (e.g. 16 64)")
     per_block = {small: [], large: []}
     print(f"target {args.target}; CPU s of to_edge_transform_and_lower (ours: Vela children too)")
     print("| blocks | lowering CPU s | per block | wall s |")

@@ -318,7 +318,6 @@ def write(graph: Graph) -> bytes:
     shapes go in as a flatbuffer of their own, loaded, and the operators and IO are added to
     the loaded block, which the serializer writes as if every tensor had been added one by one.
     """
-
     used = set(graph.inputs) | set(graph.outputs)
     for o in graph.ops:
         used.update(o.inputs)
